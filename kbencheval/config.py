@@ -1,0 +1,175 @@
+"""One config system for kbencheval and smart: typed dataclasses, YAML files, key=value overrides.
+
+    cfg = load_config(EvalConfig, "configs/eval.yaml", ["trials=3", "timing.warmup=5"])
+
+Overrides use pydra-config's grammar (the one KernelBench users type: `level=1 verbose=True`,
+nested keys with dots). Unknown keys are errors that name the closest valid key. Values are
+coerced to each field's declared type, then the dataclass's `validate()` runs (if it has one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pydra
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A bad config key or value; the message names the setting to change."""
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _unknown_key(key: str, cls: type, where: str) -> ConfigError:
+    valid = [f.name for f in dataclasses.fields(cls)]
+    close = difflib.get_close_matches(key.split(".")[-1], valid, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else f"; valid keys: {', '.join(valid)}"
+    return ConfigError(f"unknown config key '{key}' in {where}{hint}")
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Cast a parsed YAML/CLI value to the annotated type, or raise a ConfigError naming the key."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            if type(None) in typing.get_args(tp):
+                return None
+        for arg in args:
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError:
+                continue
+        raise ConfigError(f"config key '{key}': cannot read {value!r} as {tp}")
+    if origin is typing.Literal:
+        if value not in typing.get_args(tp):
+            raise ConfigError(f"config key '{key}' must be one of {list(typing.get_args(tp))}, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}' is a section; give a mapping, got {value!r}")
+        return from_dict(tp, value, where=key)
+    if origin in (list, tuple):
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v]
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        inner = typing.get_args(tp)
+        item_tp = inner[0] if inner else Any
+        return origin(_coerce(v, item_tp, key) for v in value)
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}' must be a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "t"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "0", "no", "f"):
+            return False
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        raise ConfigError(f"config key '{key}' must be true or false, got {value!r}")
+    if tp in (int, float, str):
+        if tp is int and isinstance(value, float) and not value.is_integer():
+            raise ConfigError(f"config key '{key}' must be an integer, got {value!r}")
+        if tp is str and not isinstance(value, str):
+            return str(value)
+        try:
+            return tp(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"config key '{key}' must be {tp.__name__}, got {value!r}") from None
+    return value
+
+
+def from_dict(cls: type[T], data: dict, where: str = "config") -> T:
+    """Build a (nested) config dataclass from a mapping; unknown keys are errors."""
+    types_by_name = _field_types(cls)
+    kwargs = {}
+    for key, value in (data or {}).items():
+        if key not in types_by_name:
+            raise _unknown_key(key, cls, where)
+        kwargs[key] = _coerce(value, types_by_name[key], f"{where}.{key}" if where != "config" else key)
+    cfg = cls(**kwargs)
+    _validate(cfg)
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def _validate(cfg: Any) -> None:
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            _validate(value)
+    if hasattr(cfg, "validate"):
+        cfg.validate()
+
+
+def _check_override_keys(cfg: Any, key: str) -> None:
+    obj, parts = cfg, key.split(".")
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(obj) or part not in {f.name for f in dataclasses.fields(obj)}:
+            raise _unknown_key(".".join(parts[: i + 1]), type(obj), "overrides")
+        obj = getattr(obj, part)
+
+
+def apply_overrides(cfg: T, overrides: list[str] | tuple[str, ...]) -> T:
+    """Apply `key=value` strings (pydra-config grammar) in place, then coerce and validate."""
+    overrides = [o for o in overrides if o]
+    for item in overrides:
+        if "=" not in item and not item.startswith("--"):
+            raise ConfigError(f"cannot read override '{item}': write it as key=value")
+    parsed = pydra.parser.parse(list(overrides))
+    for command in parsed.commands:
+        if not isinstance(command, pydra.parser.Assignment):
+            raise ConfigError(f"unsupported override {command}: write key=value")
+        _check_override_keys(cfg, command.kv_pair.key)
+    pydra.apply_overrides(cfg, list(overrides), enforce_required=False, finalize=False)
+    _recoerce(cfg)
+    _validate(cfg)
+    return cfg
+
+
+def _recoerce(cfg: Any, prefix: str = "") -> None:
+    for name, tp in _field_types(type(cfg)).items():
+        value = getattr(cfg, name)
+        if dataclasses.is_dataclass(value):
+            _recoerce(value, f"{prefix}{name}.")
+        else:
+            setattr(cfg, name, _coerce(value, tp, prefix + name))
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides=()) -> T:
+    """YAML file (optional) + key=value overrides -> validated config of type `cls`."""
+    data = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist; pass the path to a YAML file in configs/")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of keys to values")
+    cfg = from_dict(cls, data, where=str(path) if path else "config")
+    return apply_overrides(cfg, list(overrides))
