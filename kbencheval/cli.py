@@ -1,0 +1,44 @@
+"""`kbench`: the kbencheval command line.
+
+    kbench check --ref PROBLEM.py --kernel CANDIDATE.py [--device cpu|cuda|cuda:N] [--json]
+    kbench run-one dataset_src=bundled level=1 problem_id=1 server_type=openai ...
+    kbench generate / eval / report RUN
+    kbench serve --model PATH
+
+Each subcommand lives next to the code it drives; this file only dispatches, so `kbench --help`
+stays fast (no torch import).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> (module with `main(argv) -> int`, one-line help)
+SUBCOMMANDS = {
+    "check": ("kbencheval.eval.check_cli", "evaluate one candidate against one problem"),
+    "run-one": ("kbencheval.bench.run_one", "generate one kernel with an LLM and evaluate it"),
+    "generate": ("kbencheval.bench.generate", "generate N samples per problem into runs/<name>/"),
+    "eval": ("kbencheval.bench.evaluate", "evaluate a run's generations (resumable, all GPUs)"),
+    "report": ("kbencheval.bench.report", "fast_p, pass@k and speedup tables (+ HTML) for a run"),
+    "serve": ("kbencheval.llm.serve", "serve a local HF model over OpenAI and SGLang routes"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: kbench <command> [args]\n\ncommands:")
+        for name, (_, help_text) in SUBCOMMANDS.items():
+            print(f"  {name:<10} {help_text}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"kbench: unknown command '{name}'; choose one of {', '.join(SUBCOMMANDS)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
