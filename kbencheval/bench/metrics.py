@@ -1,0 +1,104 @@
+"""Benchmark metrics over result records (dicts from results.jsonl: EvalResult fields + keys).
+
+Definitions (docs/benchmark.md has the same text):
+- rates (compiled, correct, rejected, per status) are fractions of evaluated samples.
+- fast_p = fraction of evaluated samples that are correct AND have speedup > p. With one sample per
+  problem this is KernelBench's fast_p (fraction of problems). fast_0 is the correct rate: any
+  correct kernel counts, timed or not. For p > 0 a speedup must be measured (`timing_meaningful`);
+  if any correct sample has no meaningful timing (e.g. CPU interpreter) fast_p is None, not a guess.
+- pass@k = mean over problems with n >= k samples of 1 - C(n-c, k) / C(n, k) (Chen et al. 2021,
+  "Evaluating Large Language Models Trained on Code", the unbiased estimator), c = correct samples.
+- geomean speedup = exp(mean(log speedup)) over correct samples with a meaningful timing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from typing import Iterable
+
+FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+PASS_AT_K = (1, 5, 10)
+STATUSES = ("correct", "incorrect", "timeout", "runtime_error", "compile_error", "rejected", "format_error")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k samples drawn without replacement from n (c correct) is correct."""
+    if not 0 <= c <= n or k < 1 or k > n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def timed_speedup(record: dict) -> float | None:
+    """The speedup of a correct sample if it was measured meaningfully, else None."""
+    speedup = record.get("speedup")
+    if record.get("correct") and record.get("timing_meaningful") and speedup is not None and speedup > 0:
+        return float(speedup)
+    return None
+
+
+def fast_p(records: list[dict], p: float) -> float | None:
+    if not records:
+        return None
+    correct = [r for r in records if r.get("correct")]
+    if p == 0:
+        return len(correct) / len(records)
+    speedups = [timed_speedup(r) for r in correct]
+    if any(s is None for s in speedups):
+        return None  # some correct kernels were not timed: the fraction would be a guess
+    return sum(1 for s in speedups if s > p) / len(records)
+
+
+def mean_pass_at_k(records: list[dict], k: int) -> float | None:
+    """Mean pass@k over problems that have at least k evaluated samples; None if there are none."""
+    by_problem: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        by_problem[r["problem_key"]].append(r)
+    values = [
+        pass_at_k(len(rs), sum(1 for r in rs if r.get("correct")), k) for rs in by_problem.values() if len(rs) >= k
+    ]
+    return sum(values) / len(values) if values else None
+
+
+def geomean_speedup(records: Iterable[dict]) -> float | None:
+    speedups = [s for s in map(timed_speedup, records) if s is not None]
+    if not speedups:
+        return None
+    return math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+
+
+def summarize_group(records: list[dict]) -> dict:
+    n = len(records)
+    statuses = Counter(r.get("status", "") for r in records)
+    correct = sum(1 for r in records if r.get("correct"))
+    timed = sum(1 for r in records if timed_speedup(r) is not None)
+
+    def rate(count: int) -> float | None:
+        return count / n if n else None
+
+    return {
+        "n_samples": n,
+        "n_problems": len({r["problem_key"] for r in records}),
+        "compiled_rate": rate(sum(1 for r in records if r.get("compiled"))),
+        "correct_rate": rate(correct),
+        "rejected_rate": rate(statuses.get("rejected", 0)),
+        "status_counts": {s: statuses.get(s, 0) for s in STATUSES},
+        "n_correct_timed": timed,
+        "n_correct_untimed": correct - timed,
+        "fast_p": {f"{p:g}": fast_p(records, p) for p in FAST_P_THRESHOLDS},
+        "pass_at_k": {str(k): mean_pass_at_k(records, k) for k in PASS_AT_K},
+        "geomean_speedup": geomean_speedup(records),
+    }
+
+
+def summarize(records: list[dict]) -> dict:
+    """{"levels": {"1": {...}, ...}, "all": {...}}: the same summary per level and over everything."""
+    by_level: dict[int, list[dict]] = defaultdict(list)
+    for r in records:
+        by_level[int(r.get("level", 0))].append(r)
+    return {
+        "levels": {str(level): summarize_group(rs) for level, rs in sorted(by_level.items())},
+        "all": summarize_group(records),
+    }
