@@ -1,0 +1,101 @@
+"""Pieces the bench commands share: error handling at the CLI edge, device lists, progress bars."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from typing import Callable
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+from kbencheval.config import ConfigError
+from kbencheval.dataset import ProblemError
+
+console = Console(stderr=True)  # progress and tables on stderr keep stdout clean for --json
+stdout = Console()
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def require(value, message: str) -> None:
+    """Required settings are checked after overrides (a config's validate() also runs on its defaults)."""
+    if not value:
+        raise ConfigError(message)
+
+
+def cli_main(command: str, body: Callable[[], int]) -> int:
+    """Run a command; config and data errors become one line on stderr and exit code 2."""
+    from kbencheval.bench.store import RunError
+    from kbencheval.llm.base import LLMError
+
+    try:
+        return body()
+    except (ConfigError, ProblemError, RunError, LLMError, ValueError) as e:
+        print(f"kbench {command}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"kbench {command}: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+def resolve_devices(device: str, num_gpus: int = 0, cpu_workers: int = 1) -> list[str]:
+    """`auto` -> every local GPU (or the CPU); `cuda` -> the first num_gpus GPUs (0 = all); `cuda:N` -> one."""
+    if device == "cpu":
+        return ["cpu"] * max(1, cpu_workers)
+    import torch  # only here: `kbench report` and `--help` stay light
+
+    has_gpu = torch.cuda.is_available()
+    if device == "auto":
+        if not has_gpu:
+            return ["cpu"] * max(1, cpu_workers)
+        device = "cuda"
+    if not device.startswith("cuda"):
+        raise ConfigError(f"device={device!r} is not one of auto, cpu, cuda, cuda:N")
+    if not has_gpu:
+        raise ConfigError(f"device={device} but torch sees no GPU; use device=cpu (Triton interpreter) or device=auto")
+    count = torch.cuda.device_count()
+    if device != "cuda":
+        index = int(device.split(":", 1)[1])
+        if index >= count:
+            raise ConfigError(f"device={device} but only {count} GPU(s) are visible; pick cuda:0..cuda:{count - 1}")
+        return [device]
+    n = num_gpus or count
+    if n > count:
+        raise ConfigError(f"num_gpus={n} but only {count} GPU(s) are visible; lower num_gpus or set 0 for all")
+    return [f"cuda:{i}" for i in range(n)]
+
+
+class RateColumn(ProgressColumn):
+    """Completed items per second (rich's speed column assumes bytes)."""
+
+    def render(self, task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:.2f}/s" if speed else "-/s", style="progress.data.speed")
+
+
+def make_progress() -> Progress:
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        RateColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
