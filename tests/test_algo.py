@@ -179,3 +179,14 @@ def test_grpo_needs_ref_for_kl():
     z = torch.zeros(1, 1)
     with pytest.raises(ValueError, match="use_ref_model"):
         grpo_loss(z, z, torch.zeros(1), torch.ones(1, 1), kl_coef=0.1)
+
+
+def test_masked_positions_cannot_poison_the_gradient():
+    # environment / padding positions may carry any old logprob; -inf there must not give NaN
+    logp = torch.tensor([[-1.0, -2.0]], dtype=torch.float64, requires_grad=True)
+    old = torch.tensor([[-1.0, -float("inf")]], dtype=torch.float64)
+    loss, m = grpo_loss(logp, old, torch.tensor([1.0]), torch.tensor([[1, 0]]), ref_logprobs_BT=old)
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.0)
+    assert torch.isfinite(logp.grad).all() and logp.grad[0, 1].item() == 0.0
+    assert math.isfinite(m["kl"])

@@ -99,7 +99,10 @@ def grpo_loss(
     mask_BT = loss_mask_BT.to(logprobs_BT.dtype)
     adv_B1 = advantages_B.to(logprobs_BT.dtype).unsqueeze(-1)
 
-    ratio_BT = torch.exp(logprobs_BT - old_logprobs_BT)
+    # Masked positions (prompt, padding, environment tokens) may hold anything in old/ref logprobs;
+    # zeroing their log-ratios keeps an inf there from turning into NaN gradients.
+    on_BT = mask_BT > 0
+    ratio_BT = torch.exp(torch.where(on_BT, logprobs_BT - old_logprobs_BT, 0.0))
     unclipped_BT = -adv_B1 * ratio_BT
     clipped_BT = -adv_B1 * torch.clamp(ratio_BT, 1.0 - eps_clip, 1.0 + eps_clip_high)
     pg_BT = torch.maximum(unclipped_BT, clipped_BT)
@@ -110,7 +113,7 @@ def grpo_loss(
 
     metrics: dict[str, float] = {}
     if ref_logprobs_BT is not None:
-        log_ratio_BT = ref_logprobs_BT - logprobs_BT
+        log_ratio_BT = torch.where(on_BT, ref_logprobs_BT - logprobs_BT, 0.0)
         kl_BT = -log_ratio_BT if kl_type == "k1" else torch.exp(log_ratio_BT) - log_ratio_BT - 1.0
         if kl_coef > 0:
             loss_BT = loss_BT + kl_coef * kl_BT
