@@ -1,0 +1,26 @@
+"""Square matrix multiply in fp32: C = A @ B with A, B of shape (N, N)."""
+
+import torch
+import torch.nn as nn
+
+N = 4096
+
+# K = 4096 fp32 products: blocked and cuBLAS summation orders differ by ~1e-4 absolute on outputs of ~64.
+TOLERANCE = {"atol": 2e-3, "rtol": 1e-4}
+SMALL_SIZES = {"N": 45}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    return [torch.randn(N, N), torch.randn(N, N)]
+
+
+def get_init_inputs():
+    return []
