@@ -79,11 +79,14 @@ def resolve_devices(device: str, num_gpus: int = 0, cpu_workers: int = 1) -> lis
 
 
 class RateColumn(ProgressColumn):
-    """Completed items per second (rich's speed column assumes bytes)."""
+    """Completed items per second since the start (rich's windowed speed skips the warm-up)."""
 
     def render(self, task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text(f"{speed:.2f}/s" if speed else "-/s", style="progress.data.speed")
+        elapsed = task.finished_time if task.finished else task.elapsed
+        if not elapsed or not task.completed:
+            return Text("-/s", style="progress.data.speed")
+        rate = task.completed / elapsed
+        return Text(f"{rate:.2f}/s" if rate >= 0.1 else f"{60 * rate:.1f}/min", style="progress.data.speed")
 
 
 def make_progress() -> Progress:

@@ -43,7 +43,7 @@ class GenerateConfig:
     """[first, last] problem ids, inclusive, e.g. problem_range=[1,20]."""
     num_samples: int = 1
     server_type: str = "openai"
-    """openai | sglang | embedded"""
+    """openai | sglang | embedded | reference (the bundled reference solutions, as a baseline run)"""
     model_name: str = ""
     base_url: str = ""
     temperature: float = 0.7
@@ -156,6 +156,29 @@ def completion_extra(c) -> dict:
     return extra
 
 
+class ReferenceClient:
+    """Answers each prompt with the problem's bundled reference solution in a ```python fence.
+
+    Evaluating such a run checks the harness and the machine, and gives the baseline report."""
+
+    def __init__(self, problems_by_prompt: dict[str, Problem]):
+        self.problems_by_prompt = problems_by_prompt
+
+    def chat(self, messages_batch, params):
+        from kbencheval.llm.base import Completion
+
+        out = []
+        for messages in messages_batch:
+            p = self.problems_by_prompt[messages[-1]["content"]]
+            c = (Completion(text=f"```python\n{p.solution_source}```\n", finish_reason="stop") if p.solution_source
+                 else Completion(text="", error=f"no reference solution for {p.key}; only the bundled suite has them"))
+            out.append([c] * params.n)
+        return out
+
+    def close(self) -> None:
+        pass
+
+
 def generate(cfg: GenerateConfig) -> dict:
     """Fill runs/<name>/generations; returns counts {"written", "skipped", "failed"}."""
     from kbencheval.llm.base import SamplingParams, make_client
@@ -180,7 +203,10 @@ def generate(cfg: GenerateConfig) -> dict:
         console.print(f"[green]{cfg.run_name}: all {counts['skipped']} samples already generated[/]")
         return counts
 
-    client = make_client(cfg.server_type, cfg.model_name, base_url=cfg.base_url or None)
+    if cfg.server_type == "reference":
+        client = ReferenceClient({messages[p.key][-1]["content"]: p for p in problems})
+    else:
+        client = make_client(cfg.server_type, cfg.model_name, base_url=cfg.base_url or None)
 
     def one_call(first: int, count: int, batch: list[Problem]) -> list[Generation]:
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_tokens,
@@ -229,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         cfg = load_config(GenerateConfig, None, argv or [])
         require(cfg.run_name, "set run_name=NAME: generations go to runs_dir/NAME/")
+        if cfg.server_type == "reference":
+            cfg.model_name = cfg.model_name or "reference-solutions"
         require(cfg.model_name, "set model_name=...: the served model id, or a local HF model for server_type=embedded")
         counts = generate(cfg)
         console.print(f"{cfg.run_name}: wrote {counts['written']} samples ({counts['failed']} failed requests), "
