@@ -131,3 +131,31 @@ def test_eval_killed_with_sigkill_resumes_to_exactly_one_result_per_sample(tmp_p
     assert summary["pass_at_k"]["1"] == pytest.approx((1 + 1 + 0.5) / 3)
     html = (run / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 4
+
+
+class SolutionClient:
+    """Implements the LLMClient protocol; answers with the bundled ReLU solution, wrapped in prose."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def chat(self, messages_batch, params):
+        from kbencheval.dataset import get_problem
+
+        code = get_problem("bundled", 1, 1).solution_source
+        return [[Completion(text=f"<think>plan</think>Here it is:\n```python\n{code}```", finish_reason="stop")]
+                * params.n for _ in messages_batch]
+
+    def close(self):
+        pass
+
+
+def test_run_one_shows_prompt_kernel_and_verdict(monkeypatch, capsys):
+    from kbencheval.bench import run_one
+
+    monkeypatch.setattr(llm_base, "make_client", SolutionClient)
+    rc = run_one.main(["dataset_src=bundled", "level=1", "problem_id=1", "model_name=m", "device=cpu"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "prompt: user" in out and "extracted kernel" in out and "relu_kernel" in out
+    assert "correct" in out and "not measured meaningfully" in out

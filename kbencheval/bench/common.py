@@ -102,3 +102,19 @@ def make_progress() -> Progress:
         console=console,
         transient=False,
     )
+
+
+def translate_kernelbench_args(argv: list[str], aliases: dict[str, str], ignored: dict[str, str]) -> list[str]:
+    """Map KernelBench's argument names onto ours, so commands users already type keep working.
+
+    `aliases` renames keys; `ignored` lists keys that have no meaning here, each with the reason,
+    which is printed instead of silently dropping them. Anything else passes through unchanged.
+    """
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key in ignored:
+            console.print(f"[yellow]note: ignoring {key}={value}: {ignored[key]}[/]")
+            continue
+        out.append(f"{aliases[key]}={value}" if sep and key in aliases else arg)
+    return out
