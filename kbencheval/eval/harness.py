@@ -347,6 +347,7 @@ class Evaluator:
         finally:
             if pid:
                 _kill_group(pid)
+                _wait_gone(pid)  # its orphans are re-parented to the fork server only once it is dead
             self._server.call(op="sweep", keep=[self._judge_pid] if self._judge_pid else [])
             shutil.rmtree(job_dir, ignore_errors=True)
 
@@ -452,6 +453,12 @@ def _kill_group(pid: int):
             target()
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _wait_gone(pid: int, timeout: float = 3.0):
+    deadline = time.monotonic() + timeout
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _tail(path: Path, n: int = 3) -> str:

@@ -1,0 +1,85 @@
+"""`kbench check`: evaluate one candidate against one problem.
+
+    kbench check --ref kbencheval/problems/level1/1_ReLU.py --kernel my_relu.py --device cpu --json
+    kbench check --level 1 --problem-id 1 --kernel my_relu.py            # bundled suite
+    kbench check --dataset-src local --dataset-path ~/KernelBench --level 1 --problem-id 19 --kernel k.py
+    kbench check --ref p.py --kernel k.py trials=3 timing_mode=cuda_graph   # any EvalConfig key=value
+
+Exit status 0 whenever a verdict was reached (even for crashing, hanging or cheating candidates);
+2 with one line on stderr for bad arguments or an unreadable problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kbencheval.config import ConfigError, apply_overrides
+from kbencheval.dataset import ProblemError, get_problem, load_problem_file
+from kbencheval.eval.harness import EvalConfig, Evaluator, HarnessError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kbench check", description="Evaluate one candidate kernel.")
+    p.add_argument("--ref", help="problem file (KernelBench format)")
+    p.add_argument("--kernel", required=True, help="candidate file: code or raw LLM text defining ModelNew")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    p.add_argument("--backend", default="triton", choices=["triton", "cuda"])
+    p.add_argument("--json", action="store_true", help="print only the EvalResult JSON")
+    p.add_argument("--dataset-src", default="bundled", choices=["bundled", "local", "huggingface"])
+    p.add_argument("--dataset-path", default=None, help="local KernelBench folder or HF dataset id")
+    p.add_argument("--level", type=int)
+    p.add_argument("--problem-id", type=int)
+    p.add_argument("overrides", nargs="*", help="EvalConfig key=value overrides")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.ref:
+            problem = load_problem_file(args.ref)
+        elif args.level is not None and args.problem_id is not None:
+            problem = get_problem(args.dataset_src, args.level, args.problem_id, path=args.dataset_path)
+        else:
+            raise ProblemError("name the problem: --ref FILE, or --level L --problem-id N [--dataset-src ...]")
+        kernel_path = Path(args.kernel)
+        if not kernel_path.is_file():
+            raise ProblemError(f"candidate file {kernel_path} does not exist")
+        text = kernel_path.read_text(errors="replace")
+        cfg = apply_overrides(EvalConfig(device=args.device, backend=args.backend), args.overrides)
+    except (ProblemError, ConfigError, ValueError) as e:
+        print(f"kbench check: {e}", file=sys.stderr)
+        return 2
+    try:
+        with Evaluator(cfg, hide_paths=[args.ref] if args.ref else []) as ev:
+            result = ev.evaluate(problem, text)
+    except HarnessError as e:
+        print(f"kbench check: the harness could not run: {e}", file=sys.stderr)
+        return 3
+    if args.json:
+        print(result.to_json())
+    else:
+        _print_human(result)
+    return 0
+
+
+def _print_human(result) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    colour = "green" if result.correct else "red"
+    console.print(f"[bold {colour}]{result.status.value}[/] {result.problem} on {result.device}")
+    if result.error:
+        console.print(f"error: {result.error}")
+    if result.timing_meaningful:
+        table = Table("model", "median µs", "p10 µs", "p90 µs", "n")
+        for name, stats in (("reference", result.ref_runtime_stats), ("candidate", result.runtime_stats)):
+            table.add_row(name, f"{stats.median_us:.1f}", f"{stats.p10_us:.1f}", f"{stats.p90_us:.1f}", str(stats.n))
+        console.print(table)
+        console.print(f"speedup: [bold]{result.speedup:.3f}x[/]")
+    elif result.correct:
+        console.print("timing: not meaningful on this device (Triton interpreter)")
+    console.print(f"sandbox: {result.sandbox}")
