@@ -1,4 +1,4 @@
-"""kbench serve --model PATH [--host 127.0.0.1] [--port 30000] [--device cpu] [--dtype auto]
+"""kbench serve --model PATH [--host 127.0.0.1] [--port 30000] [--device cpu] [--dtype auto] [--threads N]
 
 Serves a local HF model (the `EmbeddedEngine`) over HTTP with the routes our clients use, so the
 OpenAI and SGLang clients, `kbench run-one` and rollout code can be exercised without SGLang:
@@ -197,8 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=30000)
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     ap.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads; 1 is much faster for tiny models on a busy machine")
     ap.add_argument("--verbose", action="store_true", help="log every request")
     args = ap.parse_args(argv)
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     from kbencheval.llm.embedded import EmbeddedEngine
 
