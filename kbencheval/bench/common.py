@@ -36,6 +36,16 @@ def require(value, message: str) -> None:
         raise ConfigError(message)
 
 
+def make_llm_client(server_type: str, model_name: str, base_url: str = "", api_key_env: str = ""):
+    """The client for a generate/run-one config; api_key_env matters only for hosted OpenAI-style APIs."""
+    from kbencheval.llm import base
+
+    kwargs = {"api_key_env": api_key_env} if api_key_env else {}
+    if api_key_env and server_type != "openai":
+        raise ConfigError(f"api_key_env is for server_type=openai; drop it for server_type={server_type}")
+    return base.make_client(server_type, model_name, base_url=base_url or None, **kwargs)
+
+
 def cli_main(command: str, body: Callable[[], int]) -> int:
     """Run a command; config and data errors become one line on stderr and exit code 2."""
     from kbencheval.bench.store import RunError

@@ -13,7 +13,7 @@ import dataclasses
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from kbencheval.bench.common import cli_main, console, make_progress, now_iso, require
+from kbencheval.bench.common import cli_main, console, make_llm_client, make_progress, now_iso, require
 from kbencheval.bench.store import (
     MANIFEST,
     Generation,
@@ -46,6 +46,8 @@ class GenerateConfig:
     """openai | sglang | embedded | reference (the bundled reference solutions, as a baseline run)"""
     model_name: str = ""
     base_url: str = ""
+    api_key_env: str = ""
+    """Environment variable holding the API key (server_type=openai); default OPENAI_API_KEY."""
     temperature: float = 0.7
     top_p: float = 0.95
     max_tokens: int = 4096
@@ -73,8 +75,8 @@ class GenerateConfig:
             raise ConfigError("give subset=[...] or problem_range=[first,last], not both")
 
 
-# Changing one of these mid-run would mix two experiments in one folder.
-_SAME_RUN_KEYS = ("dataset_src", "dataset_path", "level", "server_type", "model_name", "prompt_style", "backend",
+# Changing one of these mid-run would mix two experiments in one folder (adding a level or problems is fine).
+_SAME_RUN_KEYS = ("dataset_src", "dataset_path", "server_type", "model_name", "prompt_style", "backend",
                   "precision", "gpu_notes", "temperature", "top_p", "max_tokens", "seed")
 
 
@@ -181,7 +183,7 @@ class ReferenceClient:
 
 def generate(cfg: GenerateConfig) -> dict:
     """Fill runs/<name>/generations; returns counts {"written", "skipped", "failed"}."""
-    from kbencheval.llm.base import SamplingParams, make_client
+    from kbencheval.llm.base import SamplingParams
 
     run = run_dir(cfg.runs_dir, cfg.run_name)
     problems = select_problems(cfg)
@@ -206,7 +208,7 @@ def generate(cfg: GenerateConfig) -> dict:
     if cfg.server_type == "reference":
         client = ReferenceClient({messages[p.key][-1]["content"]: p for p in problems})
     else:
-        client = make_client(cfg.server_type, cfg.model_name, base_url=cfg.base_url or None)
+        client = make_llm_client(cfg.server_type, cfg.model_name, cfg.base_url, cfg.api_key_env)
 
     def one_call(first: int, count: int, batch: list[Problem]) -> list[Generation]:
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_tokens,

@@ -15,7 +15,7 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
 
-from kbencheval.bench.common import cli_main, require, resolve_devices, stdout
+from kbencheval.bench.common import cli_main, make_llm_client, require, resolve_devices, stdout
 from kbencheval.config import ConfigError, load_config
 from kbencheval.eval.result import EvalResult, Status
 
@@ -34,6 +34,8 @@ class RunOneConfig:
     """openai | sglang | embedded"""
     model_name: str = ""
     base_url: str = ""
+    api_key_env: str = ""
+    """Environment variable holding the API key (server_type=openai); default OPENAI_API_KEY."""
     temperature: float = 0.0
     """0 = greedy, the usual choice for one sample."""
     top_p: float = 0.95
@@ -97,7 +99,7 @@ def run_one(cfg: RunOneConfig) -> list[EvalResult]:
     from kbencheval.dataset import get_problem
     from kbencheval.eval.harness import EvalConfig, Evaluator
     from kbencheval.extract import extract_code
-    from kbencheval.llm.base import SamplingParams, make_client
+    from kbencheval.llm.base import SamplingParams
     from kbencheval.prompts import build_prompt
 
     problem = get_problem(cfg.dataset_src, cfg.level, cfg.problem_id, path=cfg.dataset_path or None)
@@ -106,7 +108,7 @@ def run_one(cfg: RunOneConfig) -> list[EvalResult]:
     stdout.rule(f"{problem.key}  ({cfg.dataset_src}, level {cfg.level})")
     show_prompt(messages, cfg.verbose)
 
-    client = make_client(cfg.server_type, cfg.model_name, base_url=cfg.base_url or None)
+    client = make_llm_client(cfg.server_type, cfg.model_name, cfg.base_url, cfg.api_key_env)
     try:
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_tokens,
                                 n=cfg.num_samples, seed=cfg.seed)
