@@ -14,6 +14,7 @@ import os
 import random
 import sys
 import threading
+import time
 import traceback
 import types
 
@@ -345,6 +346,8 @@ def run_candidate(job: dict, chan: Channel):
     seeds = job["seeds"]
     candidate_file = job["candidate_file"]
     threads_before = threading.active_count()
+    phases = {}  # wall seconds of the candidate's own work, to separate it from harness overhead
+    clock = time.perf_counter()
 
     # 1. import and construct: failures here are compile errors
     try:
@@ -357,6 +360,7 @@ def run_candidate(job: dict, chan: Channel):
         model_new = build_model(candidate.ModelNew, module, seeds, device)
     except BaseException as e:  # candidate code can raise anything, SystemExit included
         return _fail(chan, "compile_error", short_error(e, candidate_file))
+    phases["load_s"] = time.perf_counter() - clock
     if tampered := _tampered(guarded):
         return _fail(chan, "rejected", f"the candidate replaced {', '.join(tampered)} (monkeypatching)")
     if threading.active_count() > threads_before:
@@ -364,7 +368,8 @@ def run_candidate(job: dict, chan: Channel):
     if device.type == "cuda":
         tracker.expected_stream = torch.cuda.current_stream()
 
-    checks = {"runtime_ops": [], "launches": [], "mutation": "ok", "flags": "ok", "kernel_written": "ok"}
+    checks = {"runtime_ops": [], "launches": [], "mutation": "ok", "flags": "ok", "kernel_written": "ok",
+              "phases_s": phases}
 
     def checked_call(inputs):
         """One forward under every run-time check; returns (outputs, violation or None)."""
@@ -417,6 +422,7 @@ def run_candidate(job: dict, chan: Channel):
 
     # 2. correctness trials: fresh seeded inputs, one model instance
     kept = []
+    clock = time.perf_counter()
     for trial, seed in enumerate(seeds["trials"]):
         try:
             outs, violation = run_checked(seed)
@@ -426,6 +432,7 @@ def run_candidate(job: dict, chan: Channel):
         if violation:
             return _fail(chan, "rejected", violation, trial=trial, checks=checks)
         kept.append((seed, outs))
+    phases["trials_s"] = time.perf_counter() - clock
     chan.send(type="outputs", phase="trials", checks=checks,
               items=[{"seed": s, "desc": export_tensors(o, job["job_dir"], f"trial{i}")} for i, (s, o) in enumerate(kept)])
     reply = chan.recv()
@@ -437,6 +444,7 @@ def run_candidate(job: dict, chan: Channel):
         return chan.send(type="done", checks=checks)
 
     # 3. timing, then check the output again (on fresh inputs and on spot-checked timed calls)
+    clock = time.perf_counter()
     try:
         ref_model = build_model(module.Model, module, seeds, device)
         if job["timing"]["baseline"] == "compile":
@@ -446,6 +454,7 @@ def run_candidate(job: dict, chan: Channel):
         outs, violation = run_checked(seeds["post_timing"])
     except BaseException as e:
         return _fail(chan, "runtime_error", "during timing: " + short_error(e, candidate_file), checks=checks)
+    phases["timing_s"] = time.perf_counter() - clock
     if violation:
         return _fail(chan, "rejected", f"after timing: {violation}", checks=checks)
     items = [{"seed": seeds["post_timing"], "desc": export_tensors(outs, job["job_dir"], "post")}]

@@ -1,0 +1,128 @@
+"""Benchmark the evaluator on a GPU: bundled-solution speedups, timing reproducibility, overhead, throughput.
+
+    python benchmarks/eval_harness.py --device cuda --out benchmarks/results/eval_harness.json
+    python benchmarks/eval_harness.py --device cpu --limit 3      # smoke run under the interpreter
+
+Every bundled reference solution is evaluated twice (two passes, same process tree). Reported:
+- speedup of each solution over the eager reference (median of interleaved CUDA-event timings);
+- reproducibility: |speedup_pass1 - speedup_pass2| / speedup_pass1, median and p95 (target: median <= 1%);
+- overhead per candidate: wall time of one evaluation minus the candidate's own work as the worker
+  measured it (import + kernel compile + trials + timing loop). What remains is the harness: fork,
+  CUDA context, judge reference and comparison, transfers, process cleanup (target <= 1.5 s);
+- the cold-process cost it replaces: `python -c "import torch, triton"` plus first CUDA use;
+- throughput: candidates evaluated per minute on this one device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kbencheval.dataset import load_bundled  # noqa: E402
+from kbencheval.eval.harness import EvalConfig, Evaluator  # noqa: E402
+
+
+def cold_start_seconds(device: str, runs: int = 3) -> float:
+    touch = "torch.zeros(1, device='cuda'); torch.cuda.synchronize()" if device != "cpu" else "torch.zeros(1)"
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", f"import torch, triton; {touch}"], check=True)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def pct(values, q):
+    v = sorted(values)
+    return v[min(len(v) - 1, int(round(q * (len(v) - 1))))] if v else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--levels", default="1,2,3")
+    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=0, help="only the first N problems (smoke runs)")
+    ap.add_argument("--out", default="benchmarks/results/eval_harness.json")
+    args = ap.parse_args()
+
+    problems = [p for level in map(int, args.levels.split(",")) for p in load_bundled(level)]
+    if args.limit:
+        problems = problems[: args.limit]
+    cold = cold_start_seconds(args.device)
+    t = time.perf_counter()
+    ev = Evaluator(EvalConfig(device=args.device))
+    startup = time.perf_counter() - t
+    rows = {p.key: {"problem": p.key} for p in problems}
+    pass_walls = []
+    device_name = ""
+    with ev:
+        for n in range(args.passes):
+            t_pass = time.perf_counter()
+            for p in problems:
+                t = time.perf_counter()
+                r = ev.evaluate(p, "```python\n" + p.solution_source + "```")
+                wall = time.perf_counter() - t
+                device_name = r.device
+                phases = r.checks.get("phases_s", {})
+                own = sum(phases.values())
+                rows[p.key][f"pass{n + 1}"] = {
+                    "status": r.status.value, "error": r.error, "speedup": r.speedup,
+                    "runtime_us": r.runtime_us, "ref_runtime_us": r.ref_runtime_us,
+                    "runtime_p10_p90_us": [r.runtime_stats.p10_us, r.runtime_stats.p90_us] if r.runtime_stats else None,
+                    "wall_s": round(wall, 3), "candidate_work_s": round(own, 3), "overhead_s": round(wall - own, 3),
+                    "phases_s": phases,
+                }
+                print(f"pass {n + 1} {p.key:<32} {r.status.value:<13} speedup={r.speedup} wall={wall:.2f}s "
+                      f"overhead={wall - own:.2f}s {r.error[:80]}", flush=True)
+            pass_walls.append(time.perf_counter() - t_pass)
+
+    deltas, overheads = [], []
+    for row in rows.values():
+        runs = [row.get(f"pass{n + 1}") for n in range(args.passes)]
+        overheads += [r["overhead_s"] for r in runs if r and r["status"] == "correct"]
+        if args.passes >= 2 and all(r and r["speedup"] for r in runs[:2]):
+            d = abs(runs[0]["speedup"] - runs[1]["speedup"]) / runs[0]["speedup"]
+            row["rel_delta_speedup"] = round(d, 5)
+            deltas.append(d)
+    speedups = [r["pass1"]["speedup"] for r in rows.values() if r["pass1"]["speedup"]]
+    summary = {
+        "device": device_name,
+        "candidates_per_pass": len(problems),
+        "correct_pass1": sum(r["pass1"]["status"] == "correct" for r in rows.values()),
+        "geomean_speedup_pass1": (statistics.geometric_mean(speedups) if speedups else None),
+        "reproducibility_median_rel_delta": statistics.median(deltas) if deltas else None,
+        "reproducibility_p95_rel_delta": pct(deltas, 0.95),
+        "overhead_median_s": statistics.median(overheads) if overheads else None,
+        "overhead_p95_s": pct(overheads, 0.95),
+        "cold_process_start_s": round(cold, 3),
+        "evaluator_startup_s": round(startup, 3),
+        "throughput_candidates_per_min": [round(60 * len(problems) / w, 2) for w in pass_walls],
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"summary": summary, "problems": list(rows.values())}, indent=1))
+
+    print(f"\n{'problem':<32} {'ref µs':>10} {'kernel µs':>10} {'speedup':>8} {'Δ/speedup':>10} {'overhead s':>10}")
+    for row in rows.values():
+        p1 = row["pass1"]
+        fmt = lambda v, f: (f.format(v) if v is not None else "-")  # noqa: E731
+        print(f"{row['problem']:<32} {fmt(p1['ref_runtime_us'], '{:.1f}'):>10} {fmt(p1['runtime_us'], '{:.1f}'):>10} "
+              f"{fmt(p1['speedup'], '{:.3f}'):>8} {fmt(row.get('rel_delta_speedup'), '{:.2%}'):>10} "
+              f"{p1['overhead_s']:>10.2f}  {p1['status'] if p1['status'] != 'correct' else ''}")
+    print()
+    for k, v in summary.items():
+        print(f"{k:<36} {v}")
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

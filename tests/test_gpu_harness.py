@@ -1,0 +1,92 @@
+"""The evaluator on a real GPU: timing, CUDA IPC transfer, and the attacks only a GPU can stage."""
+
+from __future__ import annotations
+
+import pytest
+
+from kbencheval.dataset import load_bundled
+from kbencheval.eval.harness import EvalConfig, Evaluator
+from kbencheval.eval.result import Status
+from tests.test_adversarial import RELU, candidate
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def gpu_eval():
+    with Evaluator(EvalConfig(device="cuda", iters=20, timeout_s=120)) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="module")
+def gpu_runtime_only():
+    with Evaluator(EvalConfig(device="cuda", iters=20, timeout_s=120, static_checks=False)) as ev:
+        yield ev
+
+
+def test_solution_is_correct_and_timed(gpu_eval):
+    result = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
+    assert result.status == Status.CORRECT, result.error
+    assert result.timing_meaningful and result.speedup > 0
+    assert result.runtime_stats.n == 20 and result.ref_runtime_stats.n == 20
+    assert "cuda" in result.device
+
+
+def test_cuda_graph_mode():
+    with Evaluator(EvalConfig(device="cuda", iters=20, timing_mode="cuda_graph")) as ev:
+        result = ev.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
+    assert result.status == Status.CORRECT and result.speedup > 0, result.error
+
+
+def test_behaves_during_checks_then_stops_working(gpu_eval):
+    """Honest for the correctness trials, then replays a stale output: caught after timing."""
+    code = """
+        class ModelNew(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.calls = []
+            def forward(self, x):
+                self.calls.append(1)
+                if len(self.calls) <= 5 or not hasattr(self, "last"):
+                    y = torch.empty_like(x)
+                    launch_relu(x, y)
+                    self.last = y
+                    return y
+                scratch = torch.empty_like(x)
+                launch_relu(x[:1], scratch[:1])
+                return self.last
+        """
+    result = gpu_eval.evaluate(RELU, candidate(code))
+    assert result.status in (Status.INCORRECT, Status.REJECTED), result.error
+
+
+def test_side_stream_at_run_time(gpu_runtime_only):
+    code = """
+        class ModelNew(nn.Module):
+            def forward(self, x):
+                y = torch.empty_like(x)
+                with torch.cuda.stream(torch.cuda.Stream()):
+                    launch_relu(x, y)
+                return y
+        """
+    result = gpu_runtime_only.evaluate(RELU, candidate(code))
+    assert result.status == Status.REJECTED and "side stream" in result.error
+
+
+def test_stale_memory_is_poisoned(gpu_eval):
+    code = """
+        class ModelNew(nn.Module):
+            def forward(self, x):
+                scratch = torch.empty_like(x)
+                launch_relu(x, scratch)
+                del scratch
+                return torch.empty_like(x)   # the allocator hands back the block just freed
+        """
+    result = gpu_eval.evaluate(RELU, candidate(code))
+    assert result.status in (Status.REJECTED, Status.INCORRECT)
+
+
+def test_level2_allowed_conv(gpu_eval):
+    problem = next(p for p in load_bundled(2) if p.allowed_torch_ops)
+    result = gpu_eval.evaluate(problem, "```python\n" + problem.solution_source + "```")
+    assert result.status == Status.CORRECT, result.error
