@@ -159,3 +159,14 @@ def test_run_one_shows_prompt_kernel_and_verdict(monkeypatch, capsys):
     assert rc == 0
     assert "prompt: user" in out and "extracted kernel" in out and "relu_kernel" in out
     assert "correct" in out and "not measured meaningfully" in out
+
+
+def test_unreadable_generation_is_retried_not_recorded(tmp_path):
+    from kbencheval.bench import evaluate
+
+    args = ["generate", "run_name=r", f"runs_dir={tmp_path}", "subset=[1,2]", "server_type=reference"]
+    assert kbench(*args).returncode == 0
+    generation_path(tmp_path / "r", "L1_2_GELU", 0).write_text('{"problem_key": "L1_2_GE')  # damaged file
+    assert evaluate.main(["run_name=r", f"runs_dir={tmp_path}", "device=cpu"]) == 1
+    records, _ = read_results(tmp_path / "r" / "results.jsonl")
+    assert list(records) == [("L1_1_ReLU", 0)] and records[("L1_1_ReLU", 0)]["status"] == "correct"

@@ -1,12 +1,10 @@
 """The results log survives kills: torn last lines, duplicates and resumes."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 

@@ -124,16 +124,16 @@ def evaluate_run(cfg: EvalRunConfig) -> dict:
                         stats["harness_errors"].append(f"{device}: evaluator failed: {e}")
 
             def evaluate_one(evaluator, problem: Problem, path: Path, backend: str, device: str) -> None:
-                gen = Generation.from_dict(read_json(path))
                 try:
+                    gen = Generation.from_dict(read_json(path))
                     if gen.error:  # the request failed: nothing to run
                         result = EvalResult(status=Status.FORMAT_ERROR, problem=problem.key,
                                             error=f"generation failed: {gen.error}", device=device)
                     else:
                         result = evaluator.evaluate(problem, gen.text, backend=backend)
-                except Exception as e:  # a harness bug, not a verdict: leave it out so a rerun retries it
+                except Exception as e:  # a harness bug or unreadable file, not a verdict: a rerun retries it
                     with mutex:
-                        stats["harness_errors"].append(f"{gen.problem_key} sample {gen.sample}: {type(e).__name__}: {e}")
+                        stats["harness_errors"].append(f"{path.parent.name}/{path.name}: {type(e).__name__}: {e}")
                     progress.advance(task)
                     return
                 log.append(make_record(gen, result))
