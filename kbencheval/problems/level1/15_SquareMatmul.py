@@ -5,7 +5,7 @@ import torch.nn as nn
 
 N = 4096
 
-# K = 4096 fp32 products: blocked and cuBLAS summation orders differ by ~1e-4 absolute on outputs of ~64.
+# K = 4096 fp32 products on outputs of ~64: a split-K or reordered sum differs by up to ~1e-3 absolute.
 TOLERANCE = {"atol": 2e-3, "rtol": 1e-4}
 SMALL_SIZES = {"N": 45}
 

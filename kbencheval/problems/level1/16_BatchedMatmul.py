@@ -8,7 +8,7 @@ m = 512
 k = 1024
 n = 512
 
-# K = 1024 fp32 products: summation-order differences reach ~1e-4 absolute on outputs of ~32.
+# K = 1024 fp32 products on outputs of ~32: a reordered sum differs by up to ~5e-4 absolute.
 TOLERANCE = {"atol": 1e-3, "rtol": 1e-4}
 SMALL_SIZES = {"batch_size": 3, "m": 37, "k": 50, "n": 29}
 

@@ -7,7 +7,7 @@ M = 2048
 N = 4096
 K = 4096
 
-# K = 4096 fp32 products: summation-order differences reach a few 1e-4 absolute on outputs of ~64.
+# K = 4096 fp32 products on outputs of ~64: a split-K or reordered sum differs by up to ~1e-3 absolute.
 TOLERANCE = {"atol": 2e-3, "rtol": 1e-4}
 SMALL_SIZES = {"M": 33, "N": 47, "K": 61}
 

@@ -6,8 +6,8 @@ import torch.nn as nn
 M = 12288
 K = 65536
 
-# K = 65536 fp32 products: summation-order differences reach ~1e-3 absolute on outputs of ~256.
-TOLERANCE = {"atol": 5e-3, "rtol": 1e-4}
+# K = 65536 fp32 products: summation-order differences reach ~3e-4 absolute on outputs of ~256.
+TOLERANCE = {"atol": 1e-3, "rtol": 1e-4}
 SMALL_SIZES = {"M": 37, "K": 1000}
 
 

@@ -12,8 +12,9 @@ kernel_size = 3
 stride = 1
 padding = 1
 
-# 576-term fp32 dot products; the reference conv algorithm's summation order differs from a GEMM's.
-TOLERANCE = {"atol": 1e-3, "rtol": 1e-3}
+# 576-term dot products. Wide enough for a cuDNN reference left on TF32 (PyTorch's default for
+# convolutions; measured ~1e-3 max error on an H100) against an exact fp32 kernel.
+TOLERANCE = {"atol": 2e-3, "rtol": 2e-3}
 SMALL_SIZES = {"batch_size": 2, "in_channels": 3, "out_channels": 5, "height": 9, "width": 11}
 
 

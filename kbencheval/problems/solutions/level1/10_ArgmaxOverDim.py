@@ -8,23 +8,27 @@ import triton.language as tl
 
 @triton.jit
 def argmax_middle_kernel(x_ptr, out_ptr, n_reduce, n_inner, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr):
-    # x viewed as (outer, reduce, inner); loads run contiguously along `inner`. A chunk only
-    # replaces the running best when strictly greater, so the first maximum wins, as in torch.
+    # x viewed as (outer, reduce, inner); loads run contiguously along `inner`. Each of the
+    # BLOCK_R lanes keeps its own running best (strictly greater wins, so its first maximum);
+    # one reduction at the end picks the largest value and, among equals, the smallest index,
+    # which is torch's rule.
     outer = tl.program_id(0).to(tl.int64)
     inner = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
     inner_mask = inner < n_inner
     base = x_ptr + outer * n_reduce * n_inner
-    best = tl.full((BLOCK_I,), -float("inf"), dtype=tl.float32)
-    best_idx = tl.zeros((BLOCK_I,), dtype=tl.int64)
+    lanes = tl.arange(0, BLOCK_R)
+    best = tl.full((BLOCK_R, BLOCK_I), -float("inf"), dtype=tl.float32)
+    best_idx = tl.zeros((BLOCK_R, BLOCK_I), dtype=tl.int32) + lanes[:, None]
     for r0 in range(0, n_reduce, BLOCK_R):
-        r = r0 + tl.arange(0, BLOCK_R)
+        r = r0 + lanes
         mask = (r[:, None] < n_reduce) & inner_mask[None, :]
         tile = tl.load(base + r[:, None].to(tl.int64) * n_inner + inner[None, :], mask=mask, other=-float("inf"))
-        chunk_max, chunk_arg = tl.max(tile, axis=0, return_indices=True, return_indices_tie_break_left=True)
-        better = chunk_max > best
-        best = tl.where(better, chunk_max, best)
-        best_idx = tl.where(better, (r0 + chunk_arg).to(tl.int64), best_idx)
-    tl.store(out_ptr + outer * n_inner + inner, best_idx, mask=inner_mask)
+        better = tile > best
+        best = tl.where(better, tile, best)
+        best_idx = tl.where(better, r[:, None], best_idx)
+    top = tl.max(best, axis=0)
+    candidates = tl.where(best == top[None, :], best_idx, n_reduce)
+    tl.store(out_ptr + outer * n_inner + inner, tl.min(candidates, axis=0).to(tl.int64), mask=inner_mask)
 
 
 class ModelNew(nn.Module):
