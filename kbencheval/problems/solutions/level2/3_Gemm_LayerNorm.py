@@ -26,7 +26,9 @@ def linear_bias_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K,
         kk = k0 + rk
         a = tl.load(x_ptr + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
         w = tl.load(w_ptr + rn[None, :] * K + kk[:, None], mask=(rn[None, :] < N) & (kk[:, None] < K), other=0.0)
-        acc = tl.dot(a, w, acc, input_precision="ieee")
+        # tf32x3: three error-compensated TF32 tensor-core products; fp32-accurate (closer to
+        # fp64 than cuBLAS SGEMM on H100) and ~3x faster than the FMA-only 'ieee' path.
+        acc = tl.dot(a, w, acc, input_precision="tf32x3")
     y = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)[None, :]
     tl.store(y_ptr + rm[:, None] * N + rn[None, :], y, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
@@ -61,7 +63,7 @@ class ModelNew(nn.Module):
         M, K = x.shape
         N = w.shape[0]
         y = torch.empty((M, N), device=x.device, dtype=x.dtype)
-        bm, bn, bk = 128, 128, 32
+        bm, bn, bk = 128, 128, 64
         grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
         linear_bias_kernel[grid](x, w, self.linear.bias, y, M, N, K,
                                  BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=8, num_stages=3)

@@ -26,7 +26,9 @@ def linear_sigmoid_partial_sum_kernel(x_ptr, w_ptr, b_ptr, part_ptr, M, N, K, NU
         kk = k0 + rk
         a = tl.load(x_ptr + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
         w = tl.load(w_ptr + rn[None, :] * K + kk[:, None], mask=(rn[None, :] < N) & (kk[:, None] < K), other=0.0)
-        acc = tl.dot(a, w, acc, input_precision="ieee")
+        # tf32x3: three error-compensated TF32 tensor-core products; fp32-accurate (closer to
+        # fp64 than cuBLAS SGEMM on H100) and ~3x faster than the FMA-only 'ieee' path.
+        acc = tl.dot(a, w, acc, input_precision="tf32x3")
     h = acc + tl.load(b_ptr + rn, mask=rn < N, other=0.0)[None, :]
     s = tl.where(rn[None, :] < N, tl.sigmoid(h), 0.0)
     # Per-tile partials (not atomics) keep the result deterministic.
@@ -52,7 +54,7 @@ class ModelNew(nn.Module):
         w = self.linear.weight.contiguous()
         M, K = x.shape
         N = w.shape[0]
-        bm, bn, bk = 128, 128, 32
+        bm, bn, bk = 128, 128, 64
         n_tiles = triton.cdiv(N, bn)
         partials = torch.empty((M, n_tiles), device=x.device, dtype=torch.float32)
         y = torch.empty((M, 1), device=x.device, dtype=x.dtype)
