@@ -1,0 +1,216 @@
+"""Run configs for `smart sft` and `smart rl`: typed dataclasses read from YAML plus key=value overrides.
+
+    cfg = load_config(RLConfig, "configs/rl_tiny_cpu.yaml", ["rollout.max_turns=2", "num_steps=4"])
+
+One config system for both packages (kbencheval.config): unknown keys are errors naming the closest
+key, and each section's `validate()` names the setting to change. The trainer's own knobs (lr, loss
+terms, micro-batching) live in the backend's `TrainConfig`, nested here as `train:`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any, Callable, Literal
+
+from kbencheval.config import ConfigError, from_dict, load_config  # noqa: F401  (re-exported)
+from smart.backends.torch import TrainConfig
+
+
+@dataclasses.dataclass(kw_only=True)
+class ClusterConfig:
+    """Where the actors run. With 0 GPUs everything is CPU bundles, so the same code runs on a laptop."""
+
+    ray_address: str = ""
+    """"" starts a local Ray; "auto" joins a running cluster."""
+    num_cpus: int = 2
+    """CPUs a local Ray may use (ignored when joining a cluster)."""
+    colocate: bool = True
+    """True: each training worker shares its bundle (GPU) with one engine. False: separate bundles."""
+    actor_num_workers: int = 1
+    """Data-parallel training workers (one per GPU on a GPU node)."""
+    num_gpus_per_worker: int = 0
+    """0 runs training and rollout on CPU."""
+    rollout_num_engines: int = 1
+    """Engines in the rollout manager; colocated runs need one per training worker at most."""
+    cpus_per_bundle: float = 0.5
+    """CPU share reserved per placement-group bundle; small so a 2-core machine fits actor + engine."""
+
+    def validate(self) -> None:
+        if self.actor_num_workers < 1 or self.rollout_num_engines < 1:
+            raise ConfigError("cluster.actor_num_workers and cluster.rollout_num_engines must be >= 1")
+        if self.colocate and self.rollout_num_engines > self.actor_num_workers:
+            raise ConfigError(
+                f"colocate=true puts one engine on each training worker's bundle: set cluster.rollout_num_engines "
+                f"<= cluster.actor_num_workers ({self.actor_num_workers}) or colocate=false"
+            )
+        if self.num_gpus_per_worker not in (0, 1):
+            raise ConfigError("cluster.num_gpus_per_worker must be 0 (CPU) or 1 (one GPU per worker)")
+        if self.cpus_per_bundle <= 0:
+            raise ConfigError("cluster.cpus_per_bundle must be > 0 (Ray bundles cannot be empty)")
+
+
+@dataclasses.dataclass(kw_only=True)
+class DataConfig:
+    """Problems for RL (and, for SFT, where the conversations come from)."""
+
+    source: Literal["bundled", "local", "huggingface"] = "bundled"
+    levels: list[int] = dataclasses.field(default_factory=lambda: [1])
+    path: str = ""
+    """KernelBench folder (source=local) or dataset id (source=huggingface)."""
+    heldout_fraction: float = 0.2
+    """Share of problems kept out of training for eval; at least one problem always stays in training."""
+    problems: list[str] = dataclasses.field(default_factory=list)
+    """Restrict to these problem keys (e.g. L1_1_ReLU); empty keeps all."""
+    split_seed: int = 0
+    sft_jsonl: str = ""
+    """SFT only: JSONL of {"messages": [...]} conversations; "" uses the problems' reference solutions."""
+
+    def validate(self) -> None:
+        if not 0 <= self.heldout_fraction < 1:
+            raise ConfigError(f"data.heldout_fraction must be in [0, 1), got {self.heldout_fraction}")
+
+
+@dataclasses.dataclass(kw_only=True)
+class RolloutConfig:
+    prompts_per_step: int = 2
+    """Problems per RL step; each becomes one GRPO group."""
+    n_samples_per_prompt: int = 4
+    """Group size G."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    backend: str = "triton"
+    """Kernel language asked for in the prompt and checked by the evaluator."""
+    prompt_style: str = "one_shot"
+    max_turns: int = 1
+    """1 = single-turn. >1 = Kevin-style: the evaluator's feedback becomes the next user turn."""
+    gamma: float = 0.4
+    """Discount for multi-turn returns R_t = r_t + gamma * R_{t+1}."""
+    stop_speedup: float = 1.0
+    """Multi-turn stops early once a kernel is correct and at least this fast (correct is enough when
+    the device gives no timing, as the CPU interpreter does)."""
+    generate_fn: str = ""
+    """Dotted path `module:function` or `module.function`; "" picks single/multi-turn from max_turns.
+    Signature: generate_fn(ctx: RolloutContext, samples: list[Sample]) -> list[Sample]."""
+    filter_fn: str = "smart.rollout.filters:keep_varied_rewards"
+    """Group filter, filter_fn(group: list[Sample]) -> bool (keep); "" keeps every group."""
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.max_turns < 1:
+            raise ConfigError("rollout.max_turns must be >= 1 (1 = single-turn)")
+        if not 0 <= self.gamma <= 1:
+            raise ConfigError(f"rollout.gamma must be in [0, 1], got {self.gamma}")
+        if self.prompts_per_step < 1 or self.n_samples_per_prompt < 1:
+            raise ConfigError("rollout.prompts_per_step and rollout.n_samples_per_prompt must be >= 1")
+
+
+@dataclasses.dataclass(kw_only=True)
+class RewardConfig:
+    preset: Literal["tritonforge", "kevin", "staged"] = "tritonforge"
+    reward_fn: str = ""
+    """Dotted path overriding the preset: reward_fn(cfg: RewardConfig, samples: list[Sample]) -> list[float].
+    Each sample carries its EvalResult dict in `eval_result`."""
+    rejected_reward: float = -1.0
+    """A candidate that broke the rules; must stay below every preset's lowest reward (0)."""
+    speedup_cap: float = 2.0
+    """tritonforge/staged: the speed bonus is min(speedup - 1, speedup_cap)."""
+    staged_format: float = 0.1
+    staged_compile: float = 0.2
+    staged_correct: float = 0.7
+    staged_speed: float = 1.0
+    num_workers: int = 1
+    """Eval workers (Ray actors). One per GPU, or a few interpreter workers on CPU."""
+    num_gpus_per_worker: int = 0
+    timeout_s: float = 180.0
+    """Per candidate, on top of the evaluator's own limits; a candidate past it scores as a timeout."""
+    eval: dict[str, Any] = dataclasses.field(default_factory=lambda: {"device": "cpu"})
+    """Fields of kbencheval's EvalConfig (unknown keys are errors when the pool starts)."""
+
+    def validate(self) -> None:
+        if self.rejected_reward >= 0:
+            raise ConfigError(f"reward.rejected_reward must be < 0 so rejected stays lowest, got {self.rejected_reward}")
+        if self.num_workers < 1 or self.timeout_s <= 0:
+            raise ConfigError("reward.num_workers must be >= 1 and reward.timeout_s > 0")
+
+
+@dataclasses.dataclass(kw_only=True)
+class RLConfig:
+    """`smart rl configs/rl_tiny_cpu.yaml [key=value ...]`"""
+
+    model_path: str = ""
+    """HF folder (e.g. the SFT run's out_dir/hf) or hub id; trainer and engines both load it."""
+    out_dir: str = "runs/rl"
+    num_steps: int = 2
+    mode: Literal["full", "rollout_only", "train_only"] = "full"
+    """Debug modes: rollout_only generates and scores (no trainer); train_only trains on replay_dir."""
+    replay_dir: str = ""
+    """Folder of saved rollouts (step_00000.jsonl, ...) used instead of generating."""
+    save_rollouts: bool = True
+    """Write each step's samples to out_dir/rollouts/step_XXXXX.jsonl (replayable)."""
+    normalize_std: bool = True
+    """GRPO advantages divided by the group's std (False = Dr. GRPO)."""
+    eval_every: int = 0
+    """Steps between held-out evals (0 = never)."""
+    save_every: int = 1
+    """Steps between checkpoints (0 = only at the end)."""
+    resume: bool = True
+    """Continue from the newest checkpoint in out_dir/checkpoints if there is one."""
+    export_hf: bool = True
+    """Write the final policy as a HF folder to out_dir/hf."""
+    seed: int = 0
+    cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+    reward: RewardConfig = dataclasses.field(default_factory=RewardConfig)
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+
+    def validate(self) -> None:
+        if self.mode != "train_only" and not self.model_path:
+            raise ConfigError("model_path is empty: set model_path=/path/to/hf_folder (e.g. the SFT run's out_dir/hf)")
+        if self.mode == "train_only" and not self.replay_dir:
+            raise ConfigError("mode=train_only trains on saved rollouts: set replay_dir=RUN/rollouts")
+
+
+@dataclasses.dataclass(kw_only=True)
+class SFTConfig:
+    """`smart sft configs/sft_tiny_cpu.yaml [key=value ...]`"""
+
+    model_path: str = ""
+    out_dir: str = "runs/sft"
+    num_steps: int = 4
+    batch_size: int = 4
+    """Conversations per optimizer step."""
+    backend: str = "triton"
+    prompt_style: str = "one_shot"
+    save_every: int = 0
+    resume: bool = True
+    export_hf: bool = True
+    seed: int = 0
+    cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
+    data: DataConfig = dataclasses.field(default_factory=lambda: DataConfig(heldout_fraction=0.0))
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+
+    def validate(self) -> None:
+        if not self.model_path:
+            raise ConfigError("model_path is empty: set model_path=/path/to/hf_folder")
+        if self.batch_size < 1:
+            raise ConfigError("batch_size must be >= 1")
+
+
+def load_plugin(path: str, what: str) -> Callable:
+    """Resolve "pkg.module:func" or "pkg.module.func" to the function, or raise one line naming the fix."""
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise ConfigError(f"{what}={path!r} is not a dotted path: write it as package.module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"{what}={path!r}: cannot import module {module_name!r} ({e})") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(f"{what}={path!r}: module {module_name!r} has no function {attr!r}")
+    return fn

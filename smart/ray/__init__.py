@@ -1,0 +1,1 @@
+"""Ray orchestration: placement groups, the training actor group, the rollout manager."""

@@ -1,0 +1,63 @@
+"""Placement groups for the training workers and the rollout engines.
+
+colocate=true : one bundle per training worker; engine i shares bundle i (same GPU, half each).
+colocate=false: training bundles first, then one bundle per engine (disaggregated GPUs).
+With num_gpus_per_worker=0 the bundles hold only a CPU share, so the same layout runs on a laptop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from smart.config import ClusterConfig, ConfigError
+
+
+@dataclasses.dataclass
+class Slot:
+    """Where one actor goes: a bundle of a placement group and its share of that bundle."""
+
+    pg: PlacementGroup
+    bundle: int
+    num_gpus: float
+    num_cpus: float
+
+    def options(self) -> dict:
+        strategy = PlacementGroupSchedulingStrategy(placement_group=self.pg, placement_group_bundle_index=self.bundle)
+        return {"scheduling_strategy": strategy, "num_gpus": self.num_gpus, "num_cpus": self.num_cpus}
+
+
+@dataclasses.dataclass
+class Placement:
+    pg: PlacementGroup
+    actor: list[Slot]
+    rollout: list[Slot]
+
+
+def make_placement(cfg: ClusterConfig, need_actor: bool = True, need_rollout: bool = True, timeout_s: float = 120) -> Placement:
+    gpus, cpus = cfg.num_gpus_per_worker, cfg.cpus_per_bundle
+    bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+    n_actor = cfg.actor_num_workers if need_actor else 0
+    n_rollout = cfg.rollout_num_engines if need_rollout else 0
+    if cfg.colocate and need_actor:
+        n_bundles = n_actor
+        # Two actors split one bundle; each asks for half of it so Ray packs them together.
+        rollout_bundles = list(range(n_rollout))
+        share = 0.5 if n_rollout else 1.0
+    else:
+        n_bundles = n_actor + n_rollout
+        rollout_bundles = list(range(n_actor, n_actor + n_rollout))
+        share = 1.0
+    pg = placement_group([dict(bundle) for _ in range(n_bundles)], strategy="PACK")
+    ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
+    if not ready:
+        raise ConfigError(
+            f"Ray could not reserve {n_bundles} bundles of {bundle} within {timeout_s:g}s; lower "
+            "cluster.actor_num_workers / cluster.rollout_num_engines / cluster.cpus_per_bundle or add resources"
+        )
+    actor = [Slot(pg, i, gpus * share, cpus * share) for i in range(n_actor)]
+    rollout = [Slot(pg, b, gpus * share, cpus * share) for b in rollout_bundles]
+    return Placement(pg, actor, rollout)

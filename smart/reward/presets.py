@@ -1,0 +1,69 @@
+"""Reward shaping: an EvalResult (as a dict) -> a scalar.   pytest tests/test_smart_reward.py
+
+Presets, all with `rejected` (the candidate broke the rules) strictly lowest:
+  tritonforge  0 format/backend failure, 0.1 compiles, 0.3 correct, + min(speedup - 1, cap) when faster
+  kevin        0.3 * correct + speedup * correct                        (Kevin-32B's shaping)
+  staged       w_format * formatted + w_compile * compiled + w_correct * correct + w_speed * min(speedup - 1, cap)
+Speedup is None when the device gave no meaningful timing (the CPU interpreter); it then adds nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from kbencheval.eval.result import Status
+
+if TYPE_CHECKING:
+    from smart.config import RewardConfig
+    from smart.sample import Sample
+
+
+def _speedup(result: dict) -> float | None:
+    s = result.get("speedup")
+    return float(s) if s is not None and result.get("correct") else None
+
+
+def tritonforge_reward(result: dict, cfg: RewardConfig) -> float:
+    if result.get("correct"):
+        s = _speedup(result)
+        return 0.3 + (min(s - 1.0, cfg.speedup_cap) if s is not None and s > 1.0 else 0.0)
+    return 0.1 if result.get("compiled") else 0.0
+
+
+def kevin_reward(result: dict, cfg: RewardConfig) -> float:
+    if not result.get("correct"):
+        return 0.0
+    return 0.3 + (_speedup(result) or 0.0)
+
+
+def staged_reward(result: dict, cfg: RewardConfig) -> float:
+    r = 0.0 if result["status"] == Status.FORMAT_ERROR.value else cfg.staged_format
+    r += cfg.staged_compile * bool(result.get("compiled"))
+    if result.get("correct"):
+        r += cfg.staged_correct
+        s = _speedup(result)
+        if s is not None and s > 1.0:
+            r += cfg.staged_speed * min(s - 1.0, cfg.speedup_cap)
+    return r
+
+
+PRESETS: dict[str, Callable[[dict, "RewardConfig"], float]] = {
+    "tritonforge": tritonforge_reward,
+    "kevin": kevin_reward,
+    "staged": staged_reward,
+}
+
+
+def shaped_reward(result: dict | None, cfg: RewardConfig) -> float:
+    """One candidate's reward; a missing result (generation failed) scores like a format error."""
+    if result is None:
+        return PRESETS[cfg.preset]({"status": Status.FORMAT_ERROR.value}, cfg)
+    status = Status(result["status"])
+    if status == Status.REJECTED:
+        return cfg.rejected_reward
+    return PRESETS[cfg.preset](result, cfg)
+
+
+def preset_rewards(cfg: RewardConfig, samples: list[Sample]) -> list[float]:
+    """Default reward_fn: the configured preset applied to each sample's eval_result."""
+    return [shaped_reward(s.eval_result, cfg) for s in samples]

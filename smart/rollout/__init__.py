@@ -1,0 +1,1 @@
+"""Rollout: engines in Ray actors, the problem data source, single/multi-turn generate functions, filters."""

@@ -1,0 +1,132 @@
+"""Problems for RL with a train/held-out split, and SFT conversations turned into Samples.
+
+    ds = DataSource(DataConfig(source="bundled", levels=[1], heldout_fraction=0.2))
+    batch = ds.next_problems(2)         # deterministic order per epoch; state() / load_state() to resume
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+from kbencheval.dataset import Problem, load_problems
+from smart.config import ConfigError, DataConfig
+from smart.sample import Sample, SampleStatus
+
+
+class DataSource:
+    def __init__(self, cfg: DataConfig):
+        problems: list[Problem] = []
+        for level in cfg.levels:
+            problems += load_problems(cfg.source, level, path=cfg.path or None)
+        if cfg.problems:
+            missing = set(cfg.problems) - {p.key for p in problems}
+            if missing:
+                raise ConfigError(f"data.problems names unknown keys {sorted(missing)}; keys look like L1_1_ReLU")
+            problems = [p for p in problems if p.key in cfg.problems]
+        if not problems:
+            raise ConfigError(f"no problems in data.source={cfg.source} levels={cfg.levels}; check data.levels / data.path")
+        self.cfg = cfg
+        self.by_key = {p.key: p for p in problems}
+        # Split by a hash of the key, so adding a problem never moves the others between splits.
+        ranked = sorted(problems, key=lambda p: hashlib.sha256(f"{cfg.split_seed}:{p.key}".encode()).hexdigest())
+        n_heldout = min(int(len(problems) * cfg.heldout_fraction), len(problems) - 1)
+        self.heldout = sorted(ranked[:n_heldout], key=lambda p: p.key)
+        self.train = sorted(ranked[n_heldout:], key=lambda p: p.key)
+        self.epoch, self.cursor = 0, 0
+
+    def _order(self) -> list[Problem]:
+        order = list(self.train)
+        random.Random(self.cfg.split_seed * 100003 + self.epoch).shuffle(order)
+        return order
+
+    def next_problems(self, n: int) -> list[Problem]:
+        out = []
+        while len(out) < n:
+            order = self._order()
+            take = order[self.cursor : self.cursor + n - len(out)]
+            out += take
+            self.cursor += len(take)
+            if self.cursor >= len(order):
+                self.epoch, self.cursor = self.epoch + 1, 0
+        return out
+
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "cursor": self.cursor}
+
+    def load_state(self, state: dict) -> None:
+        self.epoch, self.cursor = int(state["epoch"]), int(state["cursor"])
+
+
+def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
+    """Prompt ids exactly as the engine would see them: the chat template, ready for the assistant."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def conversation_to_sample(tokenizer, messages: list[dict], index: int = 0) -> Sample:
+    """SFT: everything before the first assistant turn is the prompt; later assistant tokens get loss_mask 1.
+
+    The chat template is rendered on growing prefixes of the conversation and each new piece is
+    tokenized on its own, so the mask is exact per token; a template whose renderings are not
+    prefixes of each other (one that rewrites earlier turns) is an error rather than a silent mismatch.
+    """
+    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
+    if first is None or first == 0:
+        raise ConfigError(f"SFT conversation {index} needs a user turn followed by an assistant turn")
+    prompt_text = tokenizer.apply_chat_template(messages[:first], add_generation_prompt=True, tokenize=False)
+    prompt_ids = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+    response_ids, mask, done_text = [], [], prompt_text
+    for i in range(first, len(messages)):
+        is_assistant = messages[i]["role"] == "assistant"
+        gen_prompt = i + 1 < len(messages) and messages[i + 1]["role"] == "assistant"
+        text = tokenizer.apply_chat_template(messages[: i + 1], add_generation_prompt=gen_prompt, tokenize=False)
+        if not text.startswith(done_text):
+            raise ConfigError(
+                f"SFT conversation {index}: the chat template rewrites earlier turns, so assistant tokens "
+                "cannot be masked exactly; use a model whose template only appends"
+            )
+        piece = tokenizer(text[len(done_text) :], add_special_tokens=False)["input_ids"]
+        piece_mask = [1 if is_assistant else 0] * len(piece)
+        if is_assistant and tokenizer.eos_token_id in piece:
+            # template glue after the end-of-turn token ("\n") is never sampled: not trained on
+            end = piece.index(tokenizer.eos_token_id) + 1
+            piece_mask[end:] = [0] * (len(piece) - end)
+        response_ids += piece
+        mask += piece_mask
+        done_text = text
+    return Sample(
+        index=index,
+        group_index=index,
+        prompt=messages[:first],
+        prompt_token_ids=prompt_ids,
+        response_token_ids=response_ids,
+        loss_mask=mask,
+        response_text=messages[first]["content"],
+        status=SampleStatus.COMPLETED,
+    )
+
+
+def load_sft_conversations(cfg: DataConfig, backend: str, prompt_style: str) -> list[list[dict]]:
+    """JSONL of {"messages": [...]} rows, or each problem's prompt plus its reference solution."""
+    if cfg.sft_jsonl:
+        path = Path(cfg.sft_jsonl)
+        if not path.is_file():
+            raise ConfigError(f"data.sft_jsonl={path} does not exist; give a JSONL file of {{\"messages\": [...]}} rows")
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        bad = [i for i, r in enumerate(rows) if not isinstance(r, dict) or "messages" not in r]
+        if bad:
+            raise ConfigError(f"{path}: rows {bad[:5]} have no 'messages' list; each row is {{\"messages\": [...]}}")
+        return [r["messages"] for r in rows]
+    from kbencheval.prompts import build_prompt
+
+    convs = []
+    for problem in DataSource(cfg).train:
+        if problem.solution_source:
+            answer = f"```python\n{problem.solution_source.strip()}\n```"
+            convs.append(build_prompt(problem.source, backend=backend, style=prompt_style) + [{"role": "assistant", "content": answer}])
+    if not convs:
+        raise ConfigError("no problem has a reference solution; set data.sft_jsonl or use data.source=bundled")
+    return convs

@@ -1,0 +1,85 @@
+"""SFT: masked cross-entropy on assistant tokens, in the same Ray training actor group RL uses.
+
+    smart sft configs/sft_tiny_cpu.yaml [key=value ...]
+    smart sft configs/sft_tiny_cpu.yaml data.sft_jsonl=chats.jsonl num_steps=100
+
+Data: a JSONL file of {"messages": [...]} conversations, or (default) every training problem's
+prompt from kbencheval.prompts with its bundled reference solution as the answer. The final model
+goes to OUT/hf, which `smart rl model_path=OUT/hf` starts from.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import ray
+
+from smart.config import SFTConfig, load_config
+from smart.ray.actor_group import TrainGroup, train_config_for
+from smart.ray.placement import make_placement
+from smart.rollout.data import conversation_to_sample, load_sft_conversations
+from smart.tracking import PhaseTimer, Tracker, init_ray, latest_checkpoint, read_run_state, save_checkpoint
+
+
+def train_sft(cfg: SFTConfig) -> dict:
+    """Run cfg.num_steps optimizer steps of SFT (resuming if a checkpoint exists); returns the last metrics."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
+    convs = load_sft_conversations(cfg.data, cfg.backend, cfg.prompt_style)
+    samples = [conversation_to_sample(tokenizer, messages, i) for i, messages in enumerate(convs)]
+
+    started_ray = init_ray(cfg.cluster)
+    out = Path(cfg.out_dir)
+    ckpt = latest_checkpoint(out) if cfg.resume else None
+    start = read_run_state(ckpt)["next_step"]
+    placement = make_placement(cfg.cluster, need_rollout=False)
+    actor = TrainGroup(train_config_for(cfg.train, cfg.model_path), placement.actor)
+    tracker = Tracker(out, cfg.num_steps, "sft")
+    metrics: dict = {}
+    try:
+        if ckpt:
+            actor.load_checkpoint(str(ckpt / "trainer"))
+        for step in range(start, cfg.num_steps):
+            timer = PhaseTimer()
+            with timer("train"):
+                metrics = {f"train/{k}": v for k, v in actor.train_sft(batch_for(samples, step, cfg)).items()}
+            if step + 1 == cfg.num_steps or (cfg.save_every and (step + 1) % cfg.save_every == 0):
+                with timer("save"):
+                    save_checkpoint(out, step, actor, {})
+            metrics |= timer.metrics()
+            tracker.log(step, metrics)
+        if cfg.export_hf:
+            actor.export_hf(str(out / "hf"))
+    finally:
+        tracker.close()
+        actor.shutdown()
+        ray.util.remove_placement_group(placement.pg)
+        if started_ray:
+            ray.shutdown()
+    return metrics
+
+
+def batch_for(samples: list, step: int, cfg: SFTConfig) -> list:
+    """Step k's batch: a seeded shuffle per epoch, so a resumed run sees the batches it would have seen."""
+    per_epoch = max(len(samples) // cfg.batch_size, 1)
+    epoch, k = divmod(step, per_epoch)
+    order = list(range(len(samples)))
+    random.Random(cfg.seed * 100003 + epoch).shuffle(order)
+    picked = [order[(k * cfg.batch_size + j) % len(order)] for j in range(cfg.batch_size)]
+    return [samples[i] for i in picked]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0].startswith("-"):
+        print("usage: smart sft CONFIG.yaml [key=value ...]", file=sys.stderr)
+        return 2
+    train_sft(load_config(SFTConfig, argv[0], argv[1:]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Run bookkeeping shared by `smart sft` and `smart rl`: Ray start-up, TensorBoard + rich console,
+phase timers, saved rollouts (JSONL of Sample dicts) and checkpoints that a run resumes from.
+
+Run folder:  OUT/tb/ (TensorBoard)  OUT/rollouts/step_00000.jsonl  OUT/checkpoints/step_00001/  OUT/hf/
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+
+from smart.config import ClusterConfig, ConfigError
+from smart.sample import Sample
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def init_ray(cfg: ClusterConfig) -> bool:
+    """Start (or join) Ray unless the caller already did; returns True when we started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])),
+           "TOKENIZERS_PARALLELISM": "false"}
+    if cfg.ray_address:
+        ray.init(address=cfg.ray_address, runtime_env={"env_vars": env}, log_to_driver=True)
+    else:
+        ray.init(num_cpus=cfg.num_cpus, include_dashboard=False, runtime_env={"env_vars": env}, log_to_driver=True)
+    return True
+
+
+class PhaseTimer:
+    """`with timer("train"): ...` accumulates wall seconds per phase, reported as time/<phase>."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t0
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time/{k}": v for k, v in self.seconds.items()} | {"time/step": sum(self.seconds.values())}
+
+
+class Tracker:
+    """TensorBoard scalars for every numeric metric, and one rich console line per step."""
+
+    SHOWN = ("reward/mean", "eval/compile_rate", "eval/correct_rate", "train/loss", "train/grad_norm",
+             "filter/dropped_groups", "time/step")
+
+    def __init__(self, out_dir: Path, total_steps: int, title: str):
+        from rich.console import Console
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(out_dir / "tb"))
+        self.console = Console(highlight=False)
+        self.total, self.title = total_steps, title
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)):
+                self.writer.add_scalar(key, float(value), step)
+        self.writer.flush()
+        shown = "  ".join(f"{k.split('/')[-1] if k != 'reward/mean' else 'reward'}={metrics[k]:.3g}"
+                          for k in self.SHOWN if k in metrics)
+        self.console.print(f"[bold cyan]{self.title}[/] step [bold]{step + 1}/{self.total}[/]  {shown}")
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def save_rollouts(path: Path, samples: list[Sample]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(s.to_json() + "\n" for s in samples))
+    tmp.replace(path)
+
+
+def load_rollouts(path: Path) -> list[Sample]:
+    return [Sample.from_json(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def replay_file(replay_dir: str, step: int) -> Path:
+    """Saved rollouts for `step`, cycling when the run has more steps than files."""
+    files = sorted(Path(replay_dir).glob("step_*.jsonl"))
+    if not files:
+        raise ConfigError(f"replay_dir={replay_dir} holds no step_*.jsonl files; point it at a run's rollouts/ folder")
+    return files[step % len(files)]
+
+
+def latest_checkpoint(out_dir: Path) -> Path | None:
+    """Newest checkpoint whose run_state.json was written (it is written last, so the folder is whole)."""
+    done = sorted((out_dir / "checkpoints").glob("step_*/run_state.json"))
+    return done[-1].parent if done else None
+
+
+def save_checkpoint(out_dir: Path, step: int, trainer, run_state: dict) -> Path:
+    path = out_dir / "checkpoints" / f"step_{step + 1:06d}"
+    trainer.save_checkpoint(str(path / "trainer"))
+    tmp = path / "run_state.json.tmp"
+    tmp.write_text(json.dumps({"next_step": step + 1, **run_state}, indent=2))
+    tmp.replace(path / "run_state.json")
+    return path
+
+
+def read_run_state(ckpt: Path | None) -> dict:
+    return json.loads((ckpt / "run_state.json").read_text()) if ckpt else {"next_step": 0}
