@@ -61,6 +61,7 @@ def _samples(n=4, seed=0):
 
 def _backend(model_dir, **kw):
     kw.setdefault("lr", 1e-3)
+    kw.setdefault("device", "cpu")  # fp32 CPU numerics even on a GPU machine (GPU: test_torch_backend_gpu.py)
     return TorchTrainBackend(TrainConfig(model_path=model_dir, **kw))
 
 

@@ -21,16 +21,21 @@ from smart.backends.torch import TorchTrainBackend, TrainConfig  # noqa: E402
 ADV = [1.0, -1.0, 0.5, -0.5, 0.2]  # 5 samples on 2 ranks: uneven shards, uneven micro-batch counts
 
 
-def _cfg(model_path):
-    return TrainConfig(model_path=model_path, lr=1e-3, micro_batch_tokens=16, device="cpu", grad_clip=0.0)
+def _cfg(model_path, device="cpu"):
+    # fp32 on GPU too, so one process and two ranks can be compared tightly
+    return TrainConfig(model_path=model_path, lr=1e-3, micro_batch_tokens=16, device=device, grad_clip=0.0, dtype="fp32")
 
 
-def _worker(rank, world, port, model_path, out_dir):
+def _worker(rank, world, port, model_path, out_dir, backend="gloo"):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    device = "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        device = f"cuda:{rank}"
+    dist.init_process_group(backend, rank=rank, world_size=world)
     torch.set_num_threads(1)
     try:
-        b = TorchTrainBackend(_cfg(model_path))
+        b = TorchTrainBackend(_cfg(model_path, device))
         samples = _samples(5)
         logprobs = b.compute_logprobs(samples)
         metrics = b.train_grpo(samples, ADV, logprobs)
@@ -68,11 +73,18 @@ def model_dir(tmp_path_factory):
     return str(path)
 
 
-def test_two_fsdp_ranks_match_one_process(model_dir, tmp_path):
-    mp.spawn(_worker, args=(2, _free_port(), model_dir, str(tmp_path)), nprocs=2, join=True)
-    got = torch.load(tmp_path / "rank0.pt", weights_only=False)
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "gloo",
+        pytest.param("nccl", marks=[pytest.mark.gpu, pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")]),
+    ],
+)
+def test_two_fsdp_ranks_match_one_process(model_dir, tmp_path, backend):
+    mp.spawn(_worker, args=(2, _free_port(), model_dir, str(tmp_path), backend), nprocs=2, join=True)
+    got = torch.load(tmp_path / "rank0.pt", weights_only=False, map_location="cpu")
 
-    single = TorchTrainBackend(_cfg(model_dir))
+    single = TorchTrainBackend(_cfg(model_dir, "cuda:0" if backend == "nccl" else "cpu"))
     samples = _samples(5)
     logprobs = single.compute_logprobs(samples)
     metrics = single.train_grpo(samples, ADV, logprobs)
@@ -83,11 +95,11 @@ def test_two_fsdp_ranks_match_one_process(model_dir, tmp_path):
     assert got["metrics"]["pg_loss"] == pytest.approx(metrics["pg_loss"], rel=1e-5)
     assert got["metrics"]["grad_norm"] == pytest.approx(metrics["grad_norm"], rel=1e-4)
     for k, p in single.model.named_parameters():
-        torch.testing.assert_close(got["grads"][k], p.grad, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(got["grads"][k], p.grad.cpu(), rtol=1e-4, atol=1e-6)
     # rank 0 receives full, HF-named tensors; the checkpoint restores them exactly
     assert set(got["synced"]) == set(single.model.state_dict())
     for k, v in got["synced"].items():
-        assert v.shape == single.model.state_dict()[k].shape
+        assert v.device.type == "cpu" and v.shape == single.model.state_dict()[k].shape
         assert torch.equal(got["reloaded"][k], v)
     assert got["step"] == 1
     from transformers import AutoModelForCausalLM

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -76,6 +77,8 @@ class TorchTrainBackend:
         self.cfg = cfg
         self.rank, self.world_size = _dist_info()
         self.device = self._resolve_device(cfg.device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # NCCL and FSDP's mesh pick up the current device
         self.compute_dtype = _DTYPES.get(cfg.dtype) or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         torch.manual_seed(cfg.seed)
 
@@ -111,20 +114,27 @@ class TorchTrainBackend:
     def _resolve_device(self, name: str) -> torch.device:
         if name != "auto":
             return torch.device(name)
-        if torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device() if self.world_size == 1 else self.rank % torch.cuda.device_count())
-        return torch.device("cpu")
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        if self.world_size == 1:
+            return torch.device("cuda", torch.cuda.current_device())
+        local = int(os.environ.get("LOCAL_RANK", self.rank)) % torch.cuda.device_count()
+        return torch.device("cuda", local)
 
     def _shard(self, model: torch.nn.Module) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        # An explicit mesh on our device: the default mesh would pick CUDA whenever one is visible,
+        # even for a gloo/CPU run.
+        mesh = init_device_mesh(self.device.type, (self.world_size,))
         mp = MixedPrecisionPolicy(param_dtype=self.compute_dtype, reduce_dtype=torch.float32)
         # One FSDP unit per decoder layer (HF lists that class in _no_split_modules), then the root.
         layer_names = set(getattr(model, "_no_split_modules", None) or [])
         for module in list(model.modules()):
             if type(module).__name__ in layer_names:
-                fully_shard(module, mp_policy=mp)
-        fully_shard(model, mp_policy=mp)
+                fully_shard(module, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
 
     @property
     def weights_version(self) -> int:
