@@ -70,8 +70,11 @@ class Tracker:
             if isinstance(value, (int, float)):
                 self.writer.add_scalar(key, float(value), step)
         self.writer.flush()
-        shown = "  ".join(f"{k.split('/')[-1] if k != 'reward/mean' else 'reward'}={metrics[k]:.3g}"
-                          for k in self.SHOWN if k in metrics)
+        every = max(1, self.total // 20)  # about 20 console lines per run; TensorBoard gets every step
+        if (step + 1) % every and step + 1 != self.total:
+            return
+        label = {"reward/mean": "reward", "time/step": "sec"}
+        shown = "  ".join(f"{label.get(k, k.split('/')[-1])}={metrics[k]:.3g}" for k in self.SHOWN if k in metrics)
         self.console.print(f"[bold cyan]{self.title}[/] step [bold]{step + 1}/{self.total}[/]  {shown}")
 
     def close(self) -> None:

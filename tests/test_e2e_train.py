@@ -1,8 +1,8 @@
 """End to end on CPU: SFT, then GRPO single-turn and (resumed) multi-turn, with real Ray, the embedded
 engine and kbencheval's evaluator under the Triton interpreter.   pytest tests/test_e2e_train.py -s
 
-The tiny random model first memorizes one short ReLU kernel by SFT, so that sampling at temperature
-> 1 gives a mix of correct kernels and broken ones: the rewards differ within a group and GRPO has
+The tiny random model first memorizes one short ReLU kernel by SFT, so that sampling at temperature 1
+gives a mix of correct kernels and broken ones: the rewards differ within a group and GRPO has
 something to learn from.
 """
 
@@ -94,8 +94,8 @@ def test_sft_then_rl_single_then_multi_turn(tmp_path, local_ray):
 
     # --- RL step 1: single-turn ---
     rl_out = tmp_path / "rl"
-    common = [f"model_path={sft_hf}", f"out_dir={rl_out}", "data.problems=[L1_1_ReLU]", "data.heldout_fraction=0",
-              "rollout.prompts_per_step=2", "rollout.n_samples_per_prompt=4", "rollout.temperature=1.3",
+    common = [f"model_path={sft_hf}", f"out_dir={rl_out}", "data.problems=L1_1_ReLU", "data.heldout_fraction=0",
+              "rollout.prompts_per_step=2", "rollout.n_samples_per_prompt=4", "rollout.temperature=1.0",
               "rollout.max_new_tokens=260", "rollout.prompt_style=zero_shot", "reward.preset=staged",
               "train.lr=1e-3", "save_every=1"]
     t0 = time.perf_counter()
@@ -119,7 +119,7 @@ def test_sft_then_rl_single_then_multi_turn(tmp_path, local_ray):
     reward_cfg = RewardConfig(preset="staged")
     for path in rollouts:
         for s in load_rollouts(path):
-            assert s.eval_result["device"] == "cpu" and s.eval_result["versions"], s.eval_result
+            assert s.eval_result["device"].startswith("cpu") and s.eval_result["versions"], s.eval_result
             assert s.metadata["turn_reward"] == pytest.approx(shaped_reward(s.eval_result, reward_cfg))
     multi = load_rollouts(rollouts[1])
     turn1 = [s for s in multi if s.turn == 1]
