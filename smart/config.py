@@ -131,6 +131,8 @@ class RewardConfig:
     def validate(self) -> None:
         if self.rejected_reward >= 0:
             raise ConfigError(f"reward.rejected_reward must be < 0 so rejected stays lowest, got {self.rejected_reward}")
+        if self.num_gpus_per_worker not in (0, 1):
+            raise ConfigError("reward.num_gpus_per_worker must be 0 (interpreter on CPU) or 1 (one GPU per eval worker)")
         if self.num_workers < 1 or self.timeout_s <= 0:
             raise ConfigError("reward.num_workers must be >= 1 and reward.timeout_s > 0")
 

@@ -35,9 +35,10 @@ def train(cfg: RLConfig) -> dict:
     ckpt = latest_checkpoint(out) if cfg.resume else None
     state = read_run_state(ckpt)
     need_actor, need_rollout = cfg.mode != "rollout_only", cfg.mode != "train_only"
-    placement = make_placement(cfg.cluster, need_actor, need_rollout)
+    gpu_eval = cfg.reward.num_workers if cfg.reward.num_gpus_per_worker and need_rollout else 0
+    placement = make_placement(cfg.cluster, need_actor, need_rollout, gpu_eval)
     actor = TrainGroup(train_config_for(cfg.train, cfg.model_path), placement.actor) if need_actor else None
-    rollout = RolloutManager.remote(cfg, placement.rollout, state.get("data")) if need_rollout else None
+    rollout = RolloutManager.remote(cfg, placement.rollout, state.get("data"), placement.reward) if need_rollout else None
     if ckpt and actor:
         actor.load_checkpoint(str(ckpt / "trainer"))
     filter_fn = load_plugin(cfg.rollout.filter_fn, "rollout.filter_fn") if cfg.rollout.filter_fn else None

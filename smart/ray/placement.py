@@ -1,7 +1,7 @@
 """Placement groups for the training workers and the rollout engines.
 
-colocate=true : one bundle per training worker; engine i shares bundle i (same GPU, half each).
-colocate=false: training bundles first, then one bundle per engine (disaggregated GPUs).
+colocate=true : one bundle per training worker; engine i (and GPU eval worker i) share bundle i.
+colocate=false: training bundles first, then one bundle per engine, then one per GPU eval worker.
 With num_gpus_per_worker=0 the bundles hold only a CPU share, so the same layout runs on a laptop.
 """
 
@@ -35,22 +35,30 @@ class Placement:
     pg: PlacementGroup
     actor: list[Slot]
     rollout: list[Slot]
+    reward: list[Slot]  # empty when evaluation runs on CPU (eval workers then need no reservation)
 
 
-def make_placement(cfg: ClusterConfig, need_actor: bool = True, need_rollout: bool = True, timeout_s: float = 120) -> Placement:
+def make_placement(cfg: ClusterConfig, need_actor: bool = True, need_rollout: bool = True,
+                   reward_gpu_workers: int = 0, timeout_s: float = 120) -> Placement:
     gpus, cpus = cfg.num_gpus_per_worker, cfg.cpus_per_bundle
     bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
     n_actor = cfg.actor_num_workers if need_actor else 0
     n_rollout = cfg.rollout_num_engines if need_rollout else 0
+    n_reward = reward_gpu_workers if gpus else 0
     if cfg.colocate and need_actor:
         n_bundles = n_actor
-        # Two actors split one bundle; each asks for half of it so Ray packs them together.
         rollout_bundles = list(range(n_rollout))
-        share = 0.5 if n_rollout else 1.0
+        reward_bundles = [i % n_actor for i in range(n_reward)]
+        # Actors on one bundle split it evenly, so Ray packs them onto the same GPU.
+        tenants = 1 + (n_rollout > 0) + -(-n_reward // n_actor)
+        share = 1.0 / tenants
     else:
-        n_bundles = n_actor + n_rollout
+        n_bundles = n_actor + n_rollout + n_reward
         rollout_bundles = list(range(n_actor, n_actor + n_rollout))
+        reward_bundles = list(range(n_actor + n_rollout, n_bundles))
         share = 1.0
+    if n_bundles == 0:
+        raise ConfigError("nothing to place: the run needs a trainer, engines or GPU eval workers")
     pg = placement_group([dict(bundle) for _ in range(n_bundles)], strategy="PACK")
     ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
     if not ready:
@@ -60,4 +68,5 @@ def make_placement(cfg: ClusterConfig, need_actor: bool = True, need_rollout: bo
         )
     actor = [Slot(pg, i, gpus * share, cpus * share) for i in range(n_actor)]
     rollout = [Slot(pg, b, gpus * share, cpus * share) for b in rollout_bundles]
-    return Placement(pg, actor, rollout)
+    reward = [Slot(pg, b, gpus * share, 0.0) for b in reward_bundles]
+    return Placement(pg, actor, rollout, reward)

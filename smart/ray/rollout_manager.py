@@ -30,7 +30,8 @@ from smart.sample import Sample
 
 @ray.remote(num_cpus=0)
 class RolloutManager:
-    def __init__(self, cfg: RLConfig, slots: list[Slot], data_state: dict | None = None):
+    def __init__(self, cfg: RLConfig, slots: list[Slot], data_state: dict | None = None,
+                 reward_slots: list[Slot] | None = None):
         from transformers import AutoTokenizer
 
         from kbencheval.prompts import build_prompt, feedback_message
@@ -43,7 +44,7 @@ class RolloutManager:
             self.data.load_state(data_state)
         device = "cuda" if cfg.cluster.num_gpus_per_worker else "cpu"
         self.engines = [EngineActor.options(**slot.options()).remote(cfg.model_path, device) for slot in slots]
-        self.pool = EvalPool(cfg.reward)
+        self.pool = EvalPool(cfg.reward, reward_slots)
         default_generate = generate_multi_turn if self.rc.max_turns > 1 else generate_single_turn
         self.generate_fn = load_plugin(self.rc.generate_fn, "rollout.generate_fn") if self.rc.generate_fn else default_generate
         self.reward_fn = load_plugin(cfg.reward.reward_fn, "reward.reward_fn") if cfg.reward.reward_fn else preset_rewards

@@ -39,17 +39,19 @@ class EvalWorker:
 
 
 class EvalPool:
-    def __init__(self, cfg: RewardConfig, worker_cls=EvalWorker):
-        self.cfg, self.worker_cls = cfg, worker_cls
-        self.workers = [self._spawn() for _ in range(cfg.num_workers)]
+    def __init__(self, cfg: RewardConfig, slots: list | None = None, worker_cls=EvalWorker):
+        """`slots`: placement-group slots for GPU eval workers (one per worker); None on CPU."""
+        self.cfg, self.worker_cls, self.slots = cfg, worker_cls, slots
+        self.workers = [self._spawn(i) for i in range(cfg.num_workers)]
         self.replaced = 0  # workers killed for a deadline or a crash, over the pool's life
 
-    def _spawn(self):
-        return self.worker_cls.options(num_gpus=self.cfg.num_gpus_per_worker).remote(dict(self.cfg.eval))
+    def _spawn(self, i: int):
+        options = self.slots[i].options() if self.slots else {"num_gpus": 0}
+        return self.worker_cls.options(**options).remote(dict(self.cfg.eval))
 
     def _replace(self, i: int) -> None:
         ray.kill(self.workers[i], no_restart=True)
-        self.workers[i] = self._spawn()
+        self.workers[i] = self._spawn(i)
         self.replaced += 1
 
     def evaluate(self, jobs: list[tuple[Problem, str]], backend: str) -> list[dict]:
