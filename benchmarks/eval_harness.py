@@ -62,7 +62,7 @@ def main() -> int:
     startup = time.perf_counter() - t
     rows = {p.key: {"problem": p.key} for p in problems}
     pass_walls = []
-    device_name = ""
+    device_name = sandbox = ""
     with ev:
         for n in range(args.passes):
             t_pass = time.perf_counter()
@@ -70,7 +70,7 @@ def main() -> int:
                 t = time.perf_counter()
                 r = ev.evaluate(p, "```python\n" + p.solution_source + "```")
                 wall = time.perf_counter() - t
-                device_name = r.device
+                device_name, sandbox = r.device, r.sandbox
                 phases = r.checks.get("phases_s", {})
                 own = sum(phases.values())
                 rows[p.key][f"pass{n + 1}"] = {
@@ -95,6 +95,7 @@ def main() -> int:
     speedups = [r["pass1"]["speedup"] for r in rows.values() if r["pass1"]["speedup"]]
     summary = {
         "device": device_name,
+        "sandbox": sandbox,
         "candidates_per_pass": len(problems),
         "correct_pass1": sum(r["pass1"]["status"] == "correct" for r in rows.values()),
         "geomean_speedup_pass1": (statistics.geometric_mean(speedups) if speedups else None),

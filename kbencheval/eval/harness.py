@@ -12,6 +12,7 @@ and memory cap, and kills the worker's whole process group afterwards.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import random
@@ -73,6 +74,8 @@ class EvalConfig:
     def validate(self):
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"device '{self.device}' is not supported: use cpu, cuda or cuda:N")
+        if self.device == "cuda":
+            self.device = "cuda:0"
         if self.trials < 1:
             raise ValueError("trials must be >= 1")
         if self.timeout_s <= 0:
@@ -88,15 +91,32 @@ class EvalConfig:
         return self.device == "cpu"
 
 
-def bwrap_works() -> bool:
+def bwrap_args(scratch: str, hide: list[str] = ()) -> list[str]:
+    """bubblewrap: read-only root, writable scratch, private /tmp, no network; hidden files read as empty."""
+    # Host /proc bound, not a fresh procfs: CUDA fails to initialise (error 304) under a new one.
+    args = ["bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--ro-bind", "/proc", "/proc",
+            "--tmpfs", "/tmp", "--bind", scratch, scratch, "--unshare-net", "--die-with-parent"]
+    for path in hide:
+        if Path(path).is_file():
+            args += ["--ro-bind", "/dev/null", str(Path(path).resolve())]
+    return args
+
+
+@functools.lru_cache(maxsize=None)
+def bwrap_works(device_type: str = "cpu") -> bool:
+    """Can this machine run our sandbox, and (for GPUs) can CUDA initialise inside it?"""
     if not shutil.which("bwrap"):
         return False
+    probe = ["true"] if device_type == "cpu" else [
+        sys.executable, "-c", "import torch; torch.zeros(1, device='cuda').sum().item()"]
+    scratch = tempfile.mkdtemp(prefix="kbench-probe-")
     try:
-        r = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--unshare-net", "true"],
-                           capture_output=True, timeout=10)
+        r = subprocess.run(bwrap_args(scratch) + probe, capture_output=True, timeout=120)
         return r.returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 class HarnessError(RuntimeError):
@@ -125,16 +145,13 @@ class _Server:
         self.protections = ["own process group per candidate", "hard timeout kills the whole group",
                             "leftover processes swept"]
         self.protections.append("address-space limit" if cfg.on_cpu else "resident-memory watchdog")
-        use_bwrap = cfg.sandbox == "bwrap" or (cfg.sandbox == "auto" and bwrap_works())
-        if cfg.sandbox == "bwrap" and not bwrap_works():
-            raise HarnessError("sandbox=bwrap but bubblewrap is missing or cannot run here; install bubblewrap or set sandbox=auto")
+        device_type = "cpu" if cfg.on_cpu else "cuda"
+        use_bwrap = cfg.sandbox != "none" and bwrap_works(device_type)
+        if cfg.sandbox == "bwrap" and not use_bwrap:
+            raise HarnessError(f"sandbox=bwrap but bubblewrap is missing or cannot run {device_type} work here; "
+                               "install bubblewrap or set sandbox=auto")
         if use_bwrap:
-            prefix = ["bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
-                      "--tmpfs", "/tmp", "--bind", str(scratch), str(scratch), "--unshare-net", "--die-with-parent"]
-            for path in hide:  # e.g. the reference problem file
-                if Path(path).is_file():
-                    prefix += ["--ro-bind", "/dev/null", str(Path(path).resolve())]
-            cmd = prefix + cmd
+            cmd = bwrap_args(str(scratch), hide) + cmd
             self.protections += ["bwrap: no network", "bwrap: read-only filesystem outside the scratch folder"]
         else:
             self.protections.append("no filesystem/network sandbox (bubblewrap unavailable)")
@@ -187,6 +204,8 @@ class _Conn:
                 chunk = self.sock.recv(1 << 20)
             except socket.timeout:
                 raise TimeoutError from None
+            except ConnectionError:  # the peer died mid-message
+                return None
             if not chunk:
                 return None
             self.buf += chunk
@@ -249,15 +268,19 @@ class Evaluator:
     def _judge_call(self, **msg) -> dict:
         if self._judge is None:
             job_dir = tempfile.mkdtemp(prefix="judge-", dir=self._scratch)
+            self._judge_dir = job_dir
             job = {"kind": "judge", "job_dir": job_dir, "device": self.cfg.device}
             self._judge_pid, self._judge = self._spawn(job, time.monotonic() + 120)
         self._judge.deadline = time.monotonic() + 600
-        self._judge.send(**msg)
-        reply = self._judge.recv()
+        try:
+            self._judge.send(**msg)
+            reply = self._judge.recv()
+        except OSError:  # broken pipe, or no answer within the deadline
+            reply = None
         if reply is None:
             _kill_group(self._judge_pid)
             self._judge = self._judge_pid = None
-            raise HarnessError("the judge process died")
+            raise HarnessError(f"the judge process died: {_tail(Path(self._judge_dir) / 'worker.log', 6)}")
         return reply
 
     def _seeds(self, trials: int) -> dict:
@@ -386,7 +409,10 @@ class Evaluator:
                         where = "after timing" if msg["phase"] == "post_timing" else "in a correctness trial"
                         return EvalResult(Status.INCORRECT, compiled=True, checks=checks,
                                           error=f"{failed['message']} ({where})")
-                    conn.send(type="continue")
+                    try:
+                        conn.send(type="continue")
+                    except ConnectionError:
+                        return self._died(pid, job, compiled, checks)
                 elif kind == "done":
                     return self._correct(timing, checks)
         finally:
