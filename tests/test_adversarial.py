@@ -46,14 +46,14 @@ def candidate(body: str) -> str:
 
 @pytest.fixture(scope="module")
 def strict():
-    with Evaluator(EvalConfig(device="cpu", timeout_s=20, memory_limit_gb=4)) as ev:
+    with Evaluator(EvalConfig(device="cpu", timeout_s=10, memory_limit_gb=4)) as ev:
         yield ev
 
 
 @pytest.fixture(scope="module")
 def runtime_only():
     """Static checks off: only the sandbox and run-time checks stand between attack and verdict."""
-    with Evaluator(EvalConfig(device="cpu", timeout_s=20, memory_limit_gb=4, static_checks=False)) as ev:
+    with Evaluator(EvalConfig(device="cpu", timeout_s=10, memory_limit_gb=4, static_checks=False)) as ev:
         yield ev
 
 
