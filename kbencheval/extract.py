@@ -17,11 +17,13 @@ _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 
 
 def strip_thinking(text: str) -> str:
-    """Drop <think>...</think> blocks, and an unterminated one that opens the text."""
+    """Drop reasoning: closed <think>...</think> blocks, a leading block whose <think> was in the prompt
+    (text up to an orphan </think>), and an unterminated <think> (everything after it)."""
     text = _THINK_RE.sub("", text)
-    lower = text.lower()
-    if "<think>" in lower and "</think>" not in lower:
-        text = text[: lower.index("<think>")]
+    if "</think>" in text.lower():  # the opening tag was part of the chat template, not the reply
+        text = text[text.lower().rindex("</think>") + len("</think>"):]
+    if "<think>" in text.lower():  # generation stopped mid-thought: nothing after the tag is an answer
+        text = text[: text.lower().index("<think>")]
     return text.strip()
 
 

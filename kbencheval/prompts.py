@@ -13,8 +13,9 @@ tests/test_prompts.py, so they stay correct.
 
 from __future__ import annotations
 
-import re
 from typing import Any
+
+from kbencheval.extract import strip_thinking  # noqa: F401  (re-exported: prompts own the LLM text format)
 
 BACKENDS = ("triton", "cuda")
 STYLES = ("zero_shot", "one_shot", "few_shot")
@@ -233,17 +234,3 @@ def feedback_message(result: Any, *, max_chars: int = 1500) -> str:
         ask = "Fix the problem."
     text = f"{head}\n{detail}" if detail else head
     return f"{text}\n\n{ask} Reply with the complete code in one ```python block."
-
-
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
-
-
-def strip_thinking(text: str) -> str:
-    """Drop reasoning: closed <think>...</think> blocks, a leading block whose <think> was in the prompt
-    (text up to an orphan </think>), and an unterminated <think> (everything after it)."""
-    text = _THINK_BLOCK.sub("", text)
-    if "</think>" in text:  # the opening tag was part of the chat template, not the reply
-        text = text.rsplit("</think>", 1)[1]
-    if "<think>" in text:  # generation stopped mid-thought: nothing after the tag is an answer
-        text = text.split("<think>", 1)[0]
-    return text.strip()

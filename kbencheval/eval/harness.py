@@ -448,21 +448,17 @@ class Evaluator:
 
 
 def feedback_text(result: EvalResult) -> str:
-    """What the model sees next turn: the outcome and the one thing to fix."""
-    s = result.status
-    if s == Status.CORRECT:
+    """The specific finding for the model's next turn; kbencheval.prompts.feedback_message frames it."""
+    if result.status == Status.CORRECT:
         if result.speedup is not None:
-            return f"Your kernel is correct. Speedup over the reference: {result.speedup:.2f}x. Make it faster."
-        return "Your kernel is correct (timing is not available on this device)."
-    head = {
-        Status.FORMAT_ERROR: "No usable code was found.",
-        Status.REJECTED: "Your code was rejected.",
-        Status.COMPILE_ERROR: "Your code failed to compile or load.",
-        Status.RUNTIME_ERROR: "Your code crashed at run time.",
-        Status.TIMEOUT: "Your code timed out.",
-        Status.INCORRECT: "Your kernel produced wrong results.",
-    }[s]
-    return f"{head} {result.error}".strip()
+            return f"correct; {result.speedup:.2f}x the reference's speed"
+        return "correct; timing is not available on this device"
+    hints = {
+        Status.REJECTED: " Compute the output in your own kernels, without torch compute ops or tricks.",
+        Status.INCORRECT: " Check indexing, masking and the reduction order against the reference.",
+        Status.TIMEOUT: " Look for a hang or an unbounded loop.",
+    }
+    return f"{result.error}{hints.get(result.status, '')}".strip()
 
 
 def _stats(values: list[float]) -> TimingStats:
