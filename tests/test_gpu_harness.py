@@ -73,17 +73,26 @@ def test_side_stream_at_run_time(gpu_runtime_only):
     assert result.status == Status.REJECTED and "side stream" in result.error
 
 
-def test_stale_memory_is_poisoned(gpu_eval):
+def test_stale_reference_output_during_timing(gpu_eval):
+    """Honest for the checked calls, then returns fresh-but-unwritten memory, hoping it still holds the
+    output the reference just computed: timed calls get other inputs than the reference's, and
+    spot-checked timed outputs go to the judge."""
     code = """
         class ModelNew(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.calls = []
             def forward(self, x):
-                scratch = torch.empty_like(x)
-                launch_relu(x, scratch)
-                del scratch
-                return torch.empty_like(x)   # the allocator hands back the block just freed
+                self.calls.append(1)
+                y = torch.empty_like(x)
+                if len(self.calls) <= 5:
+                    launch_relu(x, y)
+                else:
+                    launch_relu(x[:1], y[:1])
+                return y
         """
     result = gpu_eval.evaluate(RELU, candidate(code))
-    assert result.status in (Status.REJECTED, Status.INCORRECT)
+    assert result.status in (Status.INCORRECT, Status.REJECTED), result.error
 
 
 def test_level2_allowed_conv(gpu_eval):

@@ -67,7 +67,9 @@ class EvalConfig:
     iters: int = 100
     """Timed calls per model; reference and candidate alternate."""
     timing_input_sets: int = 8
-    """Distinct fresh input sets rotated through the timed calls (capped by memory)."""
+    """Distinct fresh input sets rotated through the timed calls (at least 2, capped by timing_input_gb)."""
+    timing_input_gb: float = 6.0
+    """GPU memory the rotating timing inputs may take."""
     l2_flush_mb: int = 256
     seed: int = 0
 
@@ -353,8 +355,9 @@ class Evaluator:
             "timing": {
                 "enabled": timed, "mode": cfg.timing_mode, "warmup": cfg.warmup, "iters": cfg.iters,
                 "l2_flush_bytes": cfg.l2_flush_mb * 2**20, "baseline": cfg.baseline,
-                # Two timed calls, unknown to the candidate, whose outputs are checked too.
-                "spot_checks": sorted(rng.sample(range(cfg.iters), min(2, cfg.iters))),
+                "input_budget_bytes": cfg.timing_input_gb * 2**30,
+                # Four timed calls, unknown to the candidate, whose outputs are checked too.
+                "spot_checks": sorted(rng.sample(range(cfg.iters), min(4, cfg.iters))),
             },
         }
         deadline = time.monotonic() + cfg.timeout_s
