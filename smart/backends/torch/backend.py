@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from smart.algo import entropy_from_logits, grpo_loss, sft_loss, token_logprobs
 from smart.backends.torch.batching import MicroBatch, build_micro_batch, pack_micro_batches
-from smart.backends.torch.config import TrainConfig
+from smart.backends.torch.config import TrainConfig, missing_local_model
 from smart.sample import Sample
 
 _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -48,8 +48,7 @@ def load_causal_lm(path: str, dtype: torch.dtype, attn_implementation: str = "sd
     if not path:
         raise ModelPathError("model_path is empty; set model_path=<local HF model folder or hub id>")
     local = Path(path).expanduser()
-    looks_local = path.startswith(("/", ".", "~")) or path.count("/") != 1
-    if looks_local and not local.exists():
+    if missing_local_model(path):
         raise ModelPathError(
             f"model_path {path} does not exist; point model_path at a folder with config.json "
             "(python scripts/make_tiny_model.py writes a tiny one) or at a Hugging Face hub id"

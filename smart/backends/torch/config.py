@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Literal
 
 from kbencheval.config import ConfigError
@@ -65,3 +66,9 @@ class TrainConfig:
             raise ConfigError("lr, weight_decay, grad_clip and warmup_steps must be >= 0")
         if self.grpo.kl_coef > 0 and not self.use_ref_model:
             raise ConfigError("grpo.kl_coef > 0 needs a reference model: set use_ref_model=true or grpo.kl_coef=0")
+
+
+def missing_local_model(path: str) -> bool:
+    """A path that can only be local (not `org/name` hub id) and does not exist."""
+    looks_local = path.startswith(("/", ".", "~")) or path.count("/") != 1
+    return bool(path) and looks_local and not Path(path).expanduser().exists()
