@@ -172,7 +172,6 @@ class RLConfig:
     def validate(self) -> None:
         if self.mode != "train_only" and not self.model_path:
             raise ConfigError("model_path is empty: set model_path=/path/to/hf_folder (e.g. the SFT run's out_dir/hf)")
-        check_model_path(self.model_path)
         if self.mode == "train_only" and not self.replay_dir:
             raise ConfigError("mode=train_only trains on saved rollouts: set replay_dir=RUN/rollouts")
 
@@ -199,7 +198,6 @@ class SFTConfig:
     def validate(self) -> None:
         if not self.model_path:
             raise ConfigError("model_path is empty: set model_path=/path/to/hf_folder")
-        check_model_path(self.model_path)
         if self.batch_size < 1:
             raise ConfigError("batch_size must be >= 1")
 
@@ -222,7 +220,7 @@ def load_plugin(path: str, what: str) -> Callable:
 
 
 def check_model_path(path: str) -> None:
-    # Fail before Ray starts, with one line, rather than inside an actor's constructor.
+    # Called when a run starts (configs may name a path an earlier stage creates): one line, before Ray.
     if missing_local_model(path):
         raise ConfigError(f"model_path {path} does not exist; point model_path at a folder with config.json "
                           "(python scripts/make_tiny_model.py --out DIR writes a tiny one) or at a Hugging Face hub id")

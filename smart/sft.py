@@ -16,7 +16,7 @@ from pathlib import Path
 
 import ray
 
-from smart.config import SFTConfig, load_config
+from smart.config import SFTConfig, check_model_path, load_config
 from smart.ray.actor_group import TrainGroup, train_config_for
 from smart.ray.placement import make_placement
 from smart.rollout.data import conversation_to_sample, load_sft_conversations
@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0].startswith("-"):
         print("usage: smart sft CONFIG.yaml [key=value ...]", file=sys.stderr)
         return 2
-    train_sft(load_config(SFTConfig, argv[0], argv[1:]))
+    cfg = load_config(SFTConfig, argv[0], argv[1:])
+    check_model_path(cfg.model_path)
+    train_sft(cfg)
     return 0
 
 

@@ -18,7 +18,7 @@ import ray
 import torch
 
 from smart.algo import group_advantages
-from smart.config import RLConfig, load_config, load_plugin
+from smart.config import RLConfig, check_model_path, load_config, load_plugin
 from smart.ray.actor_group import TrainGroup, train_config_for
 from smart.ray.placement import make_placement
 from smart.ray.rollout_manager import RolloutManager
@@ -142,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0].startswith("-"):
         print("usage: smart rl CONFIG.yaml [key=value ...]", file=sys.stderr)
         return 2
-    train(load_config(RLConfig, argv[0], argv[1:]))
+    cfg = load_config(RLConfig, argv[0], argv[1:])
+    if cfg.mode != "train_only":
+        check_model_path(cfg.model_path)
+    train(cfg)
     return 0
 
 
