@@ -97,7 +97,12 @@ def bwrap_args(scratch: str, hide: list[str] = ()) -> list[str]:
     """bubblewrap: read-only root, writable scratch, private /tmp, no network; hidden files read as empty."""
     # Host /proc bound, not a fresh procfs: CUDA fails to initialise (error 304) under a new one.
     args = ["bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--ro-bind", "/proc", "/proc",
-            "--tmpfs", "/tmp", "--bind", scratch, scratch, "--unshare-net", "--die-with-parent"]
+            "--tmpfs", "/tmp"]
+    # The private /tmp must not hide this interpreter, its packages or this checkout (CI clones into /tmp).
+    needed = {sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parents[2]), *sys.path}
+    for path in sorted(p for p in needed if p and p.startswith("/tmp/") and Path(p).exists()):
+        args += ["--ro-bind", path, path]
+    args += ["--bind", scratch, scratch, "--unshare-net", "--die-with-parent"]
     for path in hide:
         if Path(path).is_file():
             args += ["--ro-bind", "/dev/null", str(Path(path).resolve())]
