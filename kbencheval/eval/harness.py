@@ -93,11 +93,16 @@ class EvalConfig:
         return self.device == "cpu"
 
 
-def bwrap_args(scratch: str, hide: list[str] = ()) -> list[str]:
-    """bubblewrap: read-only root, writable scratch, private /tmp, no network; hidden files read as empty."""
-    # Host /proc bound, not a fresh procfs: CUDA fails to initialise (error 304) under a new one.
-    args = ["bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--ro-bind", "/proc", "/proc",
-            "--tmpfs", "/tmp"]
+def bwrap_args(scratch: str, hide: list[str] = (), writable_proc: bool = False) -> list[str]:
+    """bubblewrap: read-only root, writable scratch, private /tmp, no network; hidden files read as empty.
+
+    The host /proc is bound rather than a fresh procfs: CUDA fails to initialise (error 304) under a
+    new one. On the H100 machine we tested, CUDA also needed /proc writable; `writable_proc` allows
+    that while keeping /proc/sys (kernel settings) read-only.
+    """
+    proc = ["--bind", "/proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"] if writable_proc else \
+        ["--ro-bind", "/proc", "/proc"]
+    args = ["bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", *proc, "--tmpfs", "/tmp"]
     # The private /tmp must not hide this interpreter, its packages or this checkout (CI clones into /tmp).
     needed = {sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parents[2]), *sys.path}
     for path in sorted(p for p in needed if p and p.startswith("/tmp/") and Path(p).exists()):
@@ -110,20 +115,26 @@ def bwrap_args(scratch: str, hide: list[str] = ()) -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def bwrap_works(device_type: str = "cpu") -> bool:
-    """Can this machine run our sandbox, and (for GPUs) can CUDA initialise inside it?"""
+def bwrap_profile(device_type: str = "cpu") -> dict | None:
+    """The strictest bwrap profile under which this machine runs our work (CUDA included), or None."""
     if not shutil.which("bwrap"):
-        return False
+        return None
     probe = ["true"] if device_type == "cpu" else [
         sys.executable, "-c", "import torch; torch.zeros(1, device='cuda').sum().item()"]
-    scratch = tempfile.mkdtemp(prefix="kbench-probe-")
-    try:
-        r = subprocess.run(bwrap_args(scratch) + probe, capture_output=True, timeout=120)
-        return r.returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    for profile in ({"writable_proc": False}, {"writable_proc": True}):
+        scratch = tempfile.mkdtemp(prefix="kbench-probe-")
+        try:
+            if subprocess.run(bwrap_args(scratch, **profile) + probe, capture_output=True, timeout=120).returncode == 0:
+                return profile
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return None
+
+
+def bwrap_works(device_type: str = "cpu") -> bool:
+    return bwrap_profile(device_type) is not None
 
 
 class HarnessError(RuntimeError):
@@ -153,13 +164,16 @@ class _Server:
                             "leftover processes swept"]
         self.protections.append("address-space limit" if cfg.on_cpu else "resident-memory watchdog")
         device_type = "cpu" if cfg.on_cpu else "cuda"
-        use_bwrap = cfg.sandbox != "none" and bwrap_works(device_type)
+        profile = bwrap_profile(device_type) if cfg.sandbox != "none" else None
+        use_bwrap = profile is not None
         if cfg.sandbox == "bwrap" and not use_bwrap:
             raise HarnessError(f"sandbox=bwrap but bubblewrap is missing or cannot run {device_type} work here; "
                                "install bubblewrap or set sandbox=auto")
         if use_bwrap:
-            cmd = bwrap_args(str(scratch), hide) + cmd
-            self.protections += ["bwrap: no network", "bwrap: read-only filesystem outside the scratch folder"]
+            cmd = bwrap_args(str(scratch), hide, **profile) + cmd
+            writable = "the scratch folder and /proc (CUDA needs it here; /proc/sys stays read-only)" \
+                if profile["writable_proc"] else "the scratch folder"
+            self.protections += ["bwrap: no network", f"bwrap: read-only filesystem outside {writable}"]
         else:
             self.protections.append("no filesystem/network sandbox (bubblewrap unavailable)")
         self.stderr = open(scratch / "forkserver.log", "ab")
