@@ -49,7 +49,7 @@ class RunOneConfig:
     device: str = "auto"
     """auto (first GPU, else CPU interpreter) | cpu | cuda | cuda:N"""
     trials: int = 0
-    """Timing trials; 0 = the harness default."""
+    """Correctness trials (fresh seeded inputs each); 0 = the harness default."""
     timeout_s: float = 0.0
     """Evaluation limit in seconds; 0 = the harness default."""
     verbose: bool = False
