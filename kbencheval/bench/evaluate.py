@@ -46,7 +46,7 @@ class EvalRunConfig:
     backend: str = ""
     """Kernel language; empty = the one the run was generated for."""
     trials: int = 0
-    """Timing trials per model; 0 = the harness default."""
+    """Correctness trials (fresh seeded inputs each); 0 = the harness default."""
     timeout_s: float = 0.0
     """Per-sample limit in seconds; 0 = the harness default."""
     verbose: bool = False
