@@ -175,7 +175,9 @@ class _Server:
                 if profile["writable_proc"] else "the scratch folder"
             self.protections += ["bwrap: no network", f"bwrap: read-only filesystem outside {writable}"]
         else:
-            self.protections.append("no filesystem/network sandbox (bubblewrap unavailable)")
+            why = ("sandbox=none" if cfg.sandbox == "none" else "bubblewrap is not installed" if not shutil.which("bwrap")
+                   else f"bubblewrap cannot run {device_type} work on this machine")
+            self.protections.append(f"no filesystem/network sandbox ({why})")
         self.stderr = open(scratch / "forkserver.log", "ab")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
                                      env=env, start_new_session=True, text=True, bufsize=1)
