@@ -97,8 +97,19 @@ class RolloutConfig:
     filter_fn: str = "smart.rollout.filters:keep_varied_rewards"
     """Group filter, filter_fn(group: list[Sample]) -> bool (keep); "" keeps every group."""
     seed: int = 0
+    engine: Literal["embedded", "sglang"] = "embedded"
+    """embedded: transformers engines as Ray actors (weights via the object store). sglang: running
+    SGLang servers, one per engine (weights via a save_pretrained folder under out_dir)."""
+    sglang_urls: list[str] = dataclasses.field(default_factory=list)
+    """engine=sglang: one base URL per engine (cluster.rollout_num_engines), e.g. http://10.0.0.2:30000."""
+    sglang_timeout_s: float = 600.0
+    """engine=sglang: per HTTP request (a generation or a weight load)."""
 
     def validate(self) -> None:
+        if self.engine == "sglang" and not self.sglang_urls:
+            raise ConfigError("rollout.engine=sglang needs rollout.sglang_urls=[http://HOST:PORT, ...] (one per engine)")
+        if self.sglang_timeout_s <= 0:
+            raise ConfigError("rollout.sglang_timeout_s must be > 0")
         if self.max_turns < 1:
             raise ConfigError("rollout.max_turns must be >= 1 (1 = single-turn)")
         if not 0 <= self.gamma <= 1:
@@ -174,6 +185,10 @@ class RLConfig:
             raise ConfigError("model_path is empty: set model_path=/path/to/hf_folder (e.g. the SFT run's out_dir/hf)")
         if self.mode == "train_only" and not self.replay_dir:
             raise ConfigError("mode=train_only trains on saved rollouts: set replay_dir=RUN/rollouts")
+        urls, engines = self.rollout.sglang_urls, self.cluster.rollout_num_engines
+        if self.rollout.engine == "sglang" and len(urls) != engines:
+            raise ConfigError(f"rollout.sglang_urls has {len(urls)} URLs for cluster.rollout_num_engines={engines}: "
+                              "give one server URL per engine")
 
 
 @dataclasses.dataclass(kw_only=True)

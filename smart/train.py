@@ -11,6 +11,7 @@ belongs in a separate driver.
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from smart.config import RLConfig, check_model_path, load_config, load_plugin
 from smart.ray.actor_group import TrainGroup, train_config_for
 from smart.ray.placement import make_placement
 from smart.ray.rollout_manager import RolloutManager
+from smart.rollout.engines.sglang import check_server
 from smart.rollout.filters import filter_groups, groups_of
 from smart.sample import Sample
 from smart.tracking import (PhaseTimer, Tracker, init_ray, latest_checkpoint, load_rollouts, read_run_state,
@@ -44,7 +46,7 @@ def train(cfg: RLConfig) -> dict:
     filter_fn = load_plugin(cfg.rollout.filter_fn, "rollout.filter_fn") if cfg.rollout.filter_fn else None
     tracker = Tracker(out, cfg.num_steps, "rl")
     if actor and rollout:
-        sync_weights(actor, rollout)  # engines start from the trainer's (possibly resumed) weights
+        sync_weights(actor, rollout, _disk_dir(cfg, out))  # engines start from the trainer's (possibly resumed) weights
 
     metrics: dict = {}
     try:
@@ -95,7 +97,7 @@ def _loop(cfg: RLConfig, out: Path, start: int, actor: TrainGroup | None, rollou
                 metrics["train/rollout_logprob_abs_diff"] = logprob_mismatch(kept, old_logprobs)
             if rollout:
                 with timer("sync"):
-                    metrics["train/weights_version"] = float(sync_weights(actor, rollout))
+                    metrics["train/weights_version"] = float(sync_weights(actor, rollout, _disk_dir(cfg, out)))
 
         # 5. eval / save
         if rollout and cfg.eval_every and (step + 1) % cfg.eval_every == 0:
@@ -111,13 +113,32 @@ def _loop(cfg: RLConfig, out: Path, start: int, actor: TrainGroup | None, rollou
     return metrics
 
 
-def sync_weights(actor: TrainGroup, rollout) -> int:
-    """Push the trainer's weights to every engine, tagged with the trainer's version; returns it."""
+def sync_weights(actor: TrainGroup, rollout, disk_dir: Path | None = None) -> int:
+    """Push the trainer's weights to every engine, tagged with the trainer's version; returns it.
+
+    disk_dir=None: through the object store (embedded engines). Otherwise a save_pretrained folder
+    disk_dir/vN that the SGLang servers load; the previous folders are removed once all engines took it.
+    """
     version = actor.weights_version()
-    versions = ray.get(rollout.update_weights.remote([actor.weights_ref()], version))
+    if disk_dir is None:
+        weights = [actor.weights_ref()]
+    else:
+        folder = (disk_dir / f"v{version:06d}").resolve()
+        actor.export_hf(str(folder))
+        weights = str(folder)
+    versions = ray.get(rollout.update_weights.remote(weights, version))
     if set(versions) != {version}:
         raise RuntimeError(f"engines report weights versions {versions} after syncing version {version}")
+    if disk_dir is not None:
+        for old in disk_dir.glob("v*"):
+            if old.name != f"v{version:06d}":
+                shutil.rmtree(old, ignore_errors=True)
     return version
+
+
+def _disk_dir(cfg: RLConfig, out: Path) -> Path | None:
+    """Where SGLang servers read new weights from; None: embedded engines use the object store."""
+    return out / "engine_weights" if cfg.rollout.engine == "sglang" else None
 
 
 def compute_advantages(samples: list[Sample], normalize_std: bool) -> list[float]:
@@ -145,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(RLConfig, argv[0], argv[1:])
     if cfg.mode != "train_only":
         check_model_path(cfg.model_path)
+        if cfg.rollout.engine == "sglang":
+            for url in cfg.rollout.sglang_urls:
+                check_server(url)  # one clear line before Ray starts
     train(cfg)
     return 0
 

@@ -24,6 +24,7 @@ from smart.reward.pool import EvalPool
 from smart.reward.presets import preset_rewards
 from smart.rollout.data import DataSource, encode_prompt
 from smart.rollout.engine import EngineActor
+from smart.rollout.engines.sglang import SGLangEngineActor
 from smart.rollout.generate import RolloutContext, generate_multi_turn, generate_single_turn
 from smart.sample import Sample
 
@@ -42,8 +43,11 @@ class RolloutManager:
         self.data = DataSource(cfg.data)
         if data_state:
             self.data.load_state(data_state)
-        device = "cuda" if cfg.cluster.num_gpus_per_worker else "cpu"
-        self.engines = [EngineActor.options(**slot.options()).remote(cfg.model_path, device) for slot in slots]
+        if self.rc.engine == "sglang":  # the servers run elsewhere: the actors need no reserved slot
+            self.engines = [SGLangEngineActor.remote(url, cfg.model_path, self.rc.sglang_timeout_s) for url in self.rc.sglang_urls]
+        else:
+            device = "cuda" if cfg.cluster.num_gpus_per_worker else "cpu"
+            self.engines = [EngineActor.options(**slot.options()).remote(cfg.model_path, device) for slot in slots]
         self.pool = EvalPool(cfg.reward, reward_slots)
         default_generate = generate_multi_turn if self.rc.max_turns > 1 else generate_single_turn
         self.generate_fn = load_plugin(self.rc.generate_fn, "rollout.generate_fn") if self.rc.generate_fn else default_generate
@@ -129,9 +133,11 @@ class RolloutManager:
             "heldout/problems": float(n),
         }
 
-    def update_weights(self, weights: list[ray.ObjectRef], version: int) -> list[int]:
-        """`weights` is [ref] so the state dict stays in the object store until each engine pulls it."""
-        return ray.get([e.update_weights.remote(weights[0], version) for e in self.engines])
+    def update_weights(self, weights: list[ray.ObjectRef] | str, version: int) -> list[int]:
+        """Embedded: `weights` is [ref], so the state dict stays in the object store until each engine
+        pulls it. SGLang: `weights` is the save_pretrained folder every server loads from disk."""
+        payload = weights if isinstance(weights, str) else weights[0]
+        return ray.get([e.update_weights.remote(payload, version) for e in self.engines])
 
     def weights_versions(self) -> list[int]:
         return ray.get([e.weights_version.remote() for e in self.engines])
