@@ -166,3 +166,52 @@ def test_config_requires_one_url_per_engine():
         rl(engine="sglang", sglang_urls=["http://a:1", "http://b:2"])
     assert rl(engine="sglang", sglang_urls=["http://a:1"]).rollout.sglang_urls == ["http://a:1"]
     assert rl().rollout.engine == "embedded"
+
+
+def test_rl_step_syncs_trainer_weights_to_the_server_through_disk(server, tiny_model, local_ray, tmp_path):
+    """One GRPO update, then the weight sync smart.train uses for engine=sglang: the server loads the
+    trainer's exported folder, the engines report the trainer's version, the older folder is removed."""
+    from safetensors.torch import load_file
+
+    from smart.config import RLConfig
+    from smart.ray.actor_group import TrainGroup, train_config_for
+    from smart.ray.placement import make_placement
+    from smart.ray.rollout_manager import RolloutManager
+    from smart.train import _disk_dir, logprob_mismatch, sync_weights
+
+    cfg = RLConfig(model_path=tiny_model, out_dir=str(tmp_path / "run"))
+    cfg.data.problems, cfg.data.heldout_fraction = ["L1_1_ReLU"], 0.0
+    cfg.rollout.engine, cfg.rollout.sglang_urls = "sglang", [server]
+    cfg.rollout.max_new_tokens, cfg.rollout.n_samples_per_prompt, cfg.rollout.prompts_per_step = 8, 2, 1
+    cfg.rollout.prompt_style = "zero_shot"
+    cfg.train.lr = 1e-2
+    cfg.validate()
+    disk = _disk_dir(cfg, Path(cfg.out_dir))
+    placement = make_placement(cfg.cluster)
+    actor = TrainGroup(train_config_for(cfg.train, cfg.model_path), placement.actor)
+    manager = RolloutManager.remote(cfg, placement.rollout)
+    try:
+        assert sync_weights(actor, manager, disk) == 0  # the run's first sync: engines start from the trainer
+        server_version = requests.get(f"{server}/health").json()["weights_version"]
+        samples, _ = ray.get(manager.generate.remote(0))
+        assert all(s.response_token_ids and len(s.rollout_logprobs) == len(s.response_token_ids) for s in samples)
+        actor.train_grpo(samples, [1.0, -1.0], actor.compute_logprobs(samples))
+        assert sync_weights(actor, manager, disk) == 1
+        assert ray.get(manager.weights_versions.remote()) == [1]
+        assert requests.get(f"{server}/health").json()["weights_version"] == server_version + 1
+        assert sorted(p.name for p in disk.iterdir()) == ["v000001"]  # v000000 removed after the sync
+        trainer_sd = ray.get(actor.weights_ref())
+        on_disk = load_file(disk / "v000001" / "model.safetensors")
+        assert all(torch.equal(on_disk[k], trainer_sd[k]) for k in on_disk)
+        # The server now samples from the trainer's weights: its logprobs match the trainer's recomputation.
+        fresh, _ = ray.get(manager.generate.remote(1))
+        new_gap, old_gap = (logprob_mismatch(x, actor.compute_logprobs(x)) for x in (fresh, samples))
+        print(f"mean |server - trainer| logprob: after sync {new_gap:.2e}, stale samples {old_gap:.2e}")
+        assert new_gap < 1e-4 and old_gap > 1e-3  # old samples came from the old weights
+        with pytest.raises(Exception, match="rollout.engine=embedded"):
+            ray.get(manager.engine_state_dict.remote())
+    finally:
+        ray.get(manager.shutdown.remote())
+        ray.kill(manager)
+        actor.shutdown()
+        ray.util.remove_placement_group(placement.pg)
