@@ -1,7 +1,7 @@
 """`EngineActor`: kbencheval's embedded transformers engine inside a Ray actor.
 
-Scale-out engines (SGLang servers) implement the same four methods: generate_ids, update_weights,
-weights_version, state_dict.
+Scale-out engines (SGLang servers: `smart.rollout.engines.sglang`) implement the same four methods:
+generate_ids, update_weights, weights_version, state_dict.
 """
 
 from __future__ import annotations

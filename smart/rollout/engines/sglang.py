@@ -1,6 +1,7 @@
 """`SGLangEngineActor`: one already-running SGLang server behind the rollout engine interface.
 
-    smart rl configs/rl_tiny_cpu.yaml rollout.engine=sglang rollout.sglang_urls='[http://127.0.0.1:30000]'
+    kbench serve --model runs/sft_tiny/hf --port 30000 --threads 1 &     # or python -m sglang.launch_server on a GPU
+    smart rl configs/rl_tiny_cpu.yaml rollout.engine=sglang "rollout.sglang_urls=['http://127.0.0.1:30000']"
 
 Generation uses SGLang's native POST /generate (token ids in; output ids and per-token logprobs out),
 so nothing is re-tokenized. Weights move through disk: the trainer writes a save_pretrained folder
