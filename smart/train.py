@@ -38,7 +38,8 @@ def train(cfg: RLConfig) -> dict:
     state = read_run_state(ckpt)
     need_actor, need_rollout = cfg.mode != "rollout_only", cfg.mode != "train_only"
     gpu_eval = cfg.reward.num_workers if cfg.reward.num_gpus_per_worker and need_rollout else 0
-    placement = make_placement(cfg.cluster, need_actor, need_rollout, gpu_eval)
+    # SGLang engines are servers elsewhere: only embedded engines need bundles here.
+    placement = make_placement(cfg.cluster, need_actor, need_rollout and cfg.rollout.engine == "embedded", gpu_eval)
     actor = TrainGroup(train_config_for(cfg.train, cfg.model_path), placement.actor) if need_actor else None
     rollout = RolloutManager.remote(cfg, placement.rollout, state.get("data"), placement.reward) if need_rollout else None
     if ckpt and actor:
