@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+from tests.support import build_tiny_model
+
 
 def _has_gpu() -> bool:
     try:
@@ -26,3 +28,9 @@ def _quiet_env():
     # Keep tokenizers from forking thread pools inside sandboxed workers.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     yield
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> str:
+    """One tiny random Qwen3 + locally trained tokenizer for the whole session (~5 s to build)."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"))

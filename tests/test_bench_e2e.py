@@ -6,51 +6,19 @@ model writes gibberish, so verdicts are format errors; what is checked is that e
 records one verdict per (problem, sample) and reports them.
 """
 
-import importlib.util
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
-import requests
 
-REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+from tests.support import ENV, REPO, kbench_server
 
 
 @pytest.fixture(scope="module")
-def served_model(tmp_path_factory):
-    spec = importlib.util.spec_from_file_location("make_tiny_model", REPO / "scripts" / "make_tiny_model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model = str(module.build(tmp_path_factory.mktemp("tiny-qwen3")))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "kbencheval.cli", "serve", "--model", model, "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while True:
-        try:
-            if requests.get(f"{url}/health", timeout=1).ok:
-                break
-        except requests.ConnectionError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            pytest.fail("kbench serve did not come up")
-        time.sleep(0.2)
-    yield model, url
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+def served_model(tiny_model):
+    with kbench_server(tiny_model) as served:
+        yield tiny_model, served.url
 
 
 def run(*argv):

@@ -8,7 +8,6 @@ something to learn from.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 from pathlib import Path
@@ -39,13 +38,6 @@ class ModelNew(torch.nn.Module):
         return y'''
 
 
-def _tiny_model(out: Path) -> Path:
-    spec = importlib.util.spec_from_file_location("make_tiny_model", REPO / "scripts" / "make_tiny_model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build(out)
-
-
 def _weights(folder: Path) -> dict:
     from safetensors.torch import load_file
 
@@ -65,7 +57,7 @@ def local_ray():
 
 
 @pytest.mark.slow
-def test_sft_then_rl_single_then_multi_turn(tmp_path, local_ray):
+def test_sft_then_rl_single_then_multi_turn(tmp_path, local_ray, tiny_model):
     from kbencheval.dataset import get_problem
     from kbencheval.prompts import build_prompt
     from smart.config import RLConfig, SFTConfig, load_config
@@ -75,7 +67,7 @@ def test_sft_then_rl_single_then_multi_turn(tmp_path, local_ray):
     from smart.train import train
 
     times = {}
-    base = _tiny_model(tmp_path / "tiny")
+    base = Path(tiny_model)  # read only: SFT writes its own out_dir
     problem = get_problem("bundled", 1, 1)
     messages = build_prompt(problem.source, backend="triton", style="zero_shot")
     chat = tmp_path / "relu.jsonl"
@@ -142,14 +134,14 @@ def test_sft_then_rl_single_then_multi_turn(tmp_path, local_ray):
 
 
 @pytest.mark.slow
-def test_engine_weights_equal_trainer_weights_after_sync(tmp_path, local_ray):
+def test_engine_weights_equal_trainer_weights_after_sync(tmp_path, local_ray, tiny_model):
     from smart.config import RLConfig
     from smart.ray.actor_group import TrainGroup, train_config_for
     from smart.ray.placement import make_placement
     from smart.ray.rollout_manager import RolloutManager
     from smart.train import sync_weights
 
-    model = _tiny_model(tmp_path / "tiny")
+    model = Path(tiny_model)
     cfg = RLConfig(model_path=str(model), out_dir=str(tmp_path / "run"))
     cfg.data.problems = ["L1_1_ReLU"]
     cfg.data.heldout_fraction = 0.0

@@ -4,12 +4,6 @@ A real tiny Qwen3 (scripts/make_tiny_model.py) on CPU: the embedded engine's sam
 weight updates, then `kbench serve` as a subprocess driven by both HTTP clients.
 """
 
-import importlib.util
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +12,7 @@ import torch
 
 from kbencheval.llm import LLMError, SamplingParams, make_client
 from kbencheval.llm.embedded import EmbeddedEngine
+from tests.support import kbench_server
 
 REPO = Path(__file__).resolve().parents[1]
 CHATS = [
@@ -25,14 +20,6 @@ CHATS = [
     [{"role": "system", "content": "You write Triton kernels."},
      {"role": "user", "content": "class Model(nn.Module): a longer prompt so rows need left padding"}],
 ]
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory) -> str:
-    spec = importlib.util.spec_from_file_location("make_tiny_model", REPO / "scripts" / "make_tiny_model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return str(module.build(tmp_path_factory.mktemp("tiny-qwen3")))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -141,39 +128,11 @@ def test_missing_model_path_is_a_clear_error(tmp_path):
 
 # ---------------- kbench serve + HTTP clients ----------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tiny_model):
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kbencheval.cli", "serve", "--model", tiny_model, "--port", str(port), "--threads", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while True:
-        try:
-            if requests.get(f"{url}/health", timeout=1).ok:
-                break
-        except requests.ConnectionError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            pytest.fail(f"kbench serve did not come up:\n{proc.stdout.read()[-3000:]}")
-        time.sleep(0.2)
-    yield url
-    proc.terminate()
-    try:
-        out, _ = proc.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-    assert f"serving {tiny_model} on {url}" in out
+    with kbench_server(tiny_model) as served:
+        yield served.url
+    assert f"serving {tiny_model} on {served.url}" in served.log
 
 
 def test_health_and_models(server, tiny_model):

@@ -7,12 +7,6 @@ Not run against a real SGLang server (not installable here).
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,51 +19,15 @@ from kbencheval.config import ConfigError  # noqa: E402
 from kbencheval.llm import SamplingParams  # noqa: E402
 from kbencheval.llm.embedded import EmbeddedEngine  # noqa: E402
 from smart.rollout.engines.sglang import SGLangEngineActor, SGLangUnreachable, check_server  # noqa: E402
+from tests.support import REPO, free_port, kbench_server  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 PROMPTS = [[5, 17, 42, 99, 7], [3, 8, 200, 11, 64, 12, 90]]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    spec = importlib.util.spec_from_file_location("make_tiny_model", REPO / "scripts" / "make_tiny_model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return str(module.build(tmp_path_factory.mktemp("tiny-qwen3")))
 
 
 @pytest.fixture(scope="module")
 def server(tiny_model):
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kbencheval.cli", "serve", "--model", tiny_model, "--port", str(port), "--threads", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while True:
-        try:
-            if requests.get(f"{url}/health", timeout=1).ok:
-                break
-        except requests.ConnectionError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            pytest.fail(f"kbench serve did not come up:\n{proc.stdout.read()[-3000:]}")
-        time.sleep(0.2)
-    yield url
-    proc.terminate()
-    try:
-        proc.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+    with kbench_server(tiny_model) as served:
+        yield served.url
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +46,7 @@ def engine(server, tiny_model, local_ray):
 
 
 def _dead_url() -> str:
-    return f"http://127.0.0.1:{_free_port()}"  # nothing listens on a port just released
+    return f"http://127.0.0.1:{free_port()}"  # nothing listens on a port just released
 
 
 def test_generate_ids_matches_the_embedded_engine(engine, tiny_model):

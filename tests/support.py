@@ -1,0 +1,65 @@
+"""Shared test helpers: the tiny model and a real `kbench serve` subprocess."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
+def build_tiny_model(out_dir: Path) -> str:
+    spec = importlib.util.spec_from_file_location("make_tiny_model", REPO / "scripts" / "make_tiny_model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module.build(out_dir))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Served:
+    def __init__(self, url: str):
+        self.url, self.log = url, ""  # log: the server's output, filled in once it has stopped
+
+
+@contextlib.contextmanager
+def kbench_server(model: str, timeout_s: float = 120):
+    """`kbench serve` on 127.0.0.1, up once /health answers; stopped (and its output kept) on exit."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kbencheval.cli", "serve", "--model", model, "--port", str(port), "--threads", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    served = Served(f"http://127.0.0.1:{port}")
+    deadline = time.time() + timeout_s
+    try:
+        while True:
+            try:
+                if requests.get(f"{served.url}/health", timeout=1).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                raise RuntimeError(f"kbench serve did not come up:\n{proc.communicate()[0][-3000:]}")
+            time.sleep(0.2)
+        yield served
+    finally:
+        proc.terminate()
+        try:
+            served.log = proc.communicate(timeout=10)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            served.log = proc.communicate()[0]
