@@ -18,6 +18,7 @@ import signal
 import socket
 import sys
 
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -31,6 +32,7 @@ def _preload():
 
 def _child(job: dict) -> None:
     os.setsid()
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # not inherited across fork
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     log = os.open(os.path.join(job["job_dir"], "worker.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -59,6 +61,10 @@ def main() -> None:
     _preload()
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    # A harness killed outright (e.g. ray.kill of an eval actor) must not leave this server behind.
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() == 1:  # the parent died before the line above took effect
+        os._exit(1)
     exits: dict[int, int] = {}
 
     def reap(*_):
