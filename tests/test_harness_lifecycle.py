@@ -1,5 +1,5 @@
 """A harness that is killed outright (an eval actor hit by ray.kill, a SIGKILLed kbench eval) leaves
-neither its fork server nor its judge behind."""
+nothing behind: not its fork server, not its judge, not a candidate that is busy looping."""
 
 from __future__ import annotations
 
@@ -12,31 +12,48 @@ import time
 from tests.support import ENV
 
 HARNESS = """
+import threading, time
 from kbencheval.dataset import load_bundled
 from kbencheval.eval.harness import Evaluator, EvalConfig
 problem = load_bundled(1)[0]
-ev = Evaluator(EvalConfig(device="cpu", sandbox="none", trials=1))
+ev = Evaluator(EvalConfig(device="cpu", sandbox="none", trials=1, timeout_s=600))
 assert ev.evaluate(problem, "```python\\n" + problem.solution_source + "```").correct
-print(ev._server.proc.pid, ev._judge_pid, flush=True)
-import time; time.sleep(120)
+looping = problem.solution_source.replace("        x = x.contiguous()", "        while True:\\n            pass")
+threading.Thread(target=ev.evaluate, args=(problem, looping), daemon=True).start()
+print("ready", flush=True)
+time.sleep(600)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+def _tagged(marker: str) -> list[int]:
+    """Live processes whose environment carries the marker (the harness and all it started)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                tagged = marker.encode() in f.read()
+            with open(f"/proc/{entry}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if tagged and not zombie:
+            pids.append(int(entry))
+    return pids
 
 
-def test_killed_harness_leaves_no_server_or_judge():
-    proc = subprocess.Popen([sys.executable, "-c", HARNESS], stdout=subprocess.PIPE, text=True, env=ENV)
-    server_pid, judge_pid = map(int, proc.stdout.readline().split())
-    assert _alive(server_pid) and _alive(judge_pid)
+def test_killed_harness_leaves_no_process_behind():
+    marker = f"TF_LIFECYCLE_TEST={os.getpid()}_{time.time_ns()}"
+    key, value = marker.split("=")
+    proc = subprocess.Popen([sys.executable, "-c", HARNESS], stdout=subprocess.PIPE, text=True,
+                            env={**ENV, key: value})
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(2)  # the looping candidate's worker is running by now
+    assert len(_tagged(marker)) >= 4  # harness, fork server, judge, looping worker
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     deadline = time.time() + 5
-    while (_alive(server_pid) or _alive(judge_pid)) and time.time() < deadline:
+    while _tagged(marker) and time.time() < deadline:
         time.sleep(0.1)
-    assert not _alive(server_pid) and not _alive(judge_pid)
+    assert _tagged(marker) == []
