@@ -73,7 +73,9 @@ class EvalPool:
                     results[j] = ray.get(ref)
                     idle.append(w)
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
-                    results[j] = _failure(jobs[j][0], Status.RUNTIME_ERROR, f"eval worker crashed: {type(e).__name__}")
+                    cause = next((line for line in reversed(str(e).strip().splitlines()) if line.strip()), "")
+                    results[j] = _failure(jobs[j][0], Status.RUNTIME_ERROR,
+                                          f"eval worker crashed: {type(e).__name__}: {cause[:300]}")
                     self._replace(w)
                     idle.append(w)
             now = time.monotonic()
