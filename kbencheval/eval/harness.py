@@ -387,8 +387,8 @@ class Evaluator:
             pid, conn = self._spawn(job, deadline)
             return self._drive(conn, pid, job, checks, tolerance)
         except TimeoutError:
-            return EvalResult(Status.TIMEOUT, 
-                              error=f"the candidate did not finish within {cfg.timeout_s:g} s", checks=checks)
+            return EvalResult(Status.TIMEOUT, error=f"the candidate did not finish within {cfg.timeout_s:g} s",
+                              checks=checks)
         except HarnessError as e:
             return EvalResult(Status.RUNTIME_ERROR, error=str(e), checks=checks)
         finally:
@@ -412,11 +412,12 @@ class Evaluator:
                     return self._died(pid, job, compiled, checks)
                 kind = msg.get("type")
                 checks.update({k: v for k, v in msg.get("checks", {}).items()})
-                if kind == "verdict":
+                if kind == "verdict":  # the worker only ever reports failures; success is the judge's call
                     status = Status(msg["status"])
-                    if status not in (Status.CORRECT,):
-                        return EvalResult(status, compiled=status not in (Status.COMPILE_ERROR, Status.FORMAT_ERROR),
-                                          error=msg.get("error", ""), checks=checks)
+                    if status == Status.CORRECT:
+                        raise HarnessError("a worker claimed a correct verdict; only the judge decides that")
+                    return EvalResult(status, compiled=status not in (Status.COMPILE_ERROR, Status.FORMAT_ERROR),
+                                      error=msg.get("error", ""), checks=checks)
                 elif kind == "outputs":
                     compiled = True
                     if msg.get("timing"):
