@@ -359,3 +359,25 @@ def test_verdicts_name_protections(strict):
     result = strict.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
     assert "own process group" in result.sandbox
     assert ("bwrap" in result.sandbox) == bwrap_works()
+
+
+def test_forged_done_on_the_workers_channel(runtime_only):
+    """The candidate finds the worker's socket and claims success before any check ran."""
+    code = """
+        import socket
+        class ModelNew(nn.Module):
+            def __init__(self):
+                super().__init__()
+                for fd in range(3, 64):
+                    try:
+                        s = socket.socket(fileno=fd)
+                        s.sendall(b'{"type": "done", "checks": {}}\\n')
+                        s.detach()
+                    except OSError:
+                        pass
+            def forward(self, x):
+                return torch.empty_like(x)
+        """
+    result = runtime_only.evaluate(RELU, candidate(code))
+    assert result.status in (Status.REJECTED, Status.RUNTIME_ERROR), (result.status, result.error)
+    assert not result.correct

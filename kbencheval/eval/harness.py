@@ -403,6 +403,7 @@ class Evaluator:
         try:
             timing = None
             compiled = False
+            judged: set[str] = set()  # phases whose outputs the judge accepted
             while True:
                 msg = conn.recv()
                 if watchdog and watchdog.tripped:
@@ -434,11 +435,17 @@ class Evaluator:
                         where = "after timing" if msg["phase"] == "post_timing" else "in a correctness trial"
                         return EvalResult(Status.INCORRECT, compiled=True, checks=checks,
                                           error=f"{failed['message']} ({where})")
+                    judged.add(msg["phase"])
                     try:
                         conn.send(type="continue")
                     except ConnectionError:
                         return self._died(pid, job, compiled, checks)
                 elif kind == "done":
+                    # Only phases the judge passed count: a forged early "done" is a rejection.
+                    required = {"trials", "post_timing"} if job["timing"]["enabled"] else {"trials"}
+                    if not required <= judged:
+                        return EvalResult(Status.REJECTED, compiled=compiled, checks=checks,
+                                          error="the worker's channel was tampered with (done before the checks ran)")
                     return self._correct(timing, checks)
         finally:
             if watchdog:
