@@ -2,18 +2,8 @@
 # bash scripts/run_rl.sh configs/rl_tiny_cpu.yaml [key=value ...]
 # GRPO through `smart rl`. The shipped configs start from the SFT run's export (runs/sft_*/hf); when
 # that is missing the launcher says so and starts from the matching base model, building it if needed.
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/_launcher_common.sh"
 [[ $# -ge 1 ]] || { echo "usage: bash scripts/run_rl.sh CONFIG.yaml [key=value ...]" >&2; exit 2; }
-PY=${PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TOKENIZERS_PARALLELISM=false
-build_model() {  # runs/tiny-model (CPU tests) and runs/small-model (GPU smoke runs) are built on demand
-  case "$1" in
-    runs/tiny-model) "$PY" scripts/make_tiny_model.py --out runs/tiny-model ;;
-    runs/small-model) "$PY" scripts/make_tiny_model.py --out runs/small-model --hidden 512 --layers 8 ;;
-    *) return 1 ;;
-  esac
-}
 EXTRA=()
 MODEL=$(sed -n 's/^model_path: *//p' "$1")
 if ! printf '%s\n' "${@:2}" | grep -q "^model_path=" && [[ "$MODEL" == runs/sft_* && ! -f "$MODEL/config.json" ]]; then
