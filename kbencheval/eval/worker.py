@@ -115,8 +115,8 @@ ALLOCATION_OPS = {
 VIEW_OPS = {
     "view", "_unsafe_view", "reshape", "_reshape_alias", "permute", "transpose", "t", "expand", "squeeze",
     "unsqueeze", "flatten", "unflatten", "as_strided", "slice", "select", "narrow", "split", "split_with_sizes",
-    "chunk", "unbind", "alias", "detach", "view_as", "expand_as", "movedim", "diagonal", "unfold", "numpy_T",
-    "lift_fresh", "_unsafe_view", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_contiguous",
+    "chunk", "unbind", "alias", "detach", "view_as", "expand_as", "movedim", "diagonal", "unfold",
+    "lift_fresh", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_contiguous",
     "dim", "size", "stride", "numel",
 }
 COPY_OPS = {"clone", "copy_", "_to_copy", "contiguous", "to"}
@@ -169,13 +169,12 @@ class LaunchTracker:
         self.active = False
         self.capture: OpCapture | None = None
         self.launches = 0
-        self.kernel_names: list[str] = []
         self.tensor_ranges: list[tuple[int, int]] = []
         self.stream_violations = 0
         self.expected_stream = None
 
     def reset(self, capture: OpCapture | None):
-        self.capture, self.launches, self.kernel_names, self.tensor_ranges = capture, 0, [], []
+        self.capture, self.launches, self.tensor_ranges = capture, 0, []
         self.stream_violations = 0
 
     def install(self):
@@ -203,9 +202,8 @@ class LaunchTracker:
         except ImportError:
             pass
 
-    def record(self, name: str, args):
+    def record(self, args):
         self.launches += 1
-        self.kernel_names.append(name)
         for a in args:
             if isinstance(a, torch.Tensor):
                 self.tensor_ranges.append(_storage_range(a))
@@ -218,7 +216,7 @@ class LaunchTracker:
         def tracked_run(fn, *args, grid, warmup, **kwargs):
             if warmup or not tracker.active:
                 return run(fn, *args, grid=grid, warmup=warmup, **kwargs)
-            tracker.record(getattr(fn, "__name__", "kernel"), list(args) + list(kwargs.values()))
+            tracker.record(list(args) + list(kwargs.values()))
             if tracker.capture is not None:
                 tracker.capture.paused += 1
             try:
@@ -244,7 +242,7 @@ class _TrackedExtension:
         def call(*args, **kwargs):
             if not tracker.active:
                 return fn(*args, **kwargs)
-            tracker.record(name, list(args) + list(kwargs.values()))
+            tracker.record(list(args) + list(kwargs.values()))
             if tracker.capture is not None:
                 tracker.capture.paused += 1
             try:
