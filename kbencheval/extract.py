@@ -1,9 +1,9 @@
 """Code extraction from LLM text, and the static checks a candidate must pass before it runs.
 
-Static checks are the first of two lines of defence: they reject constructs that have no place in a
-kernel (fallbacks, threads, side streams, file and process access, monkeypatching, Tensor
-subclasses, reflection). The second line, in the sandboxed worker, watches what `forward` actually
-does at run time, so a construct that slips past this AST scan is still caught by its effect.
+Static checks are an allowlist and a tripwire: imports only from a short list of modules, no private
+or dunder attributes, no frame/code/generator internals, no attribute chain that reaches a module
+outside the list, no fallbacks, reflection, streams or monkeypatching. Python has unbounded routes
+around any scan, so no verdict rests on this one alone (docs/evaluator.md).
 """
 
 from __future__ import annotations
@@ -50,25 +50,32 @@ def extract_code(text: str) -> str | None:
     return None
 
 
-# Modules a kernel never needs; importing one is how file, process, thread and reflection attacks start.
-FORBIDDEN_MODULES = {
-    "os", "sys", "subprocess", "multiprocessing", "threading", "concurrent", "asyncio", "ctypes", "cffi",
-    "gc", "inspect", "importlib", "builtins", "signal", "socket", "pathlib", "shutil", "io", "tempfile",
-    "pickle", "marshal", "dill", "time", "timeit", "numpy", "resource", "mmap", "faulthandler",
-    "atexit", "weakref", "code", "codeop", "runpy", "pty", "requests", "urllib", "http",
-}
+# Static checks are an allowlist: a candidate imports only these modules, reaches no other module
+# through an attribute chain (`torch.cuda.os`), and touches no private or frame/code internals.
+ALLOWED_MODULES = {"torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.cuda", "triton", "triton.language",
+                   "math"}
+ALLOWED_MODULE_PREFIXES = ("triton.language.",)  # tl.math, tl.extra.cuda.libdevice, ...
+BACKEND_MODULES = {"triton": set(), "cuda": {"torch.utils.cpp_extension"}}
 FORBIDDEN_CALLS = {
-    "eval", "exec", "compile", "open", "globals", "locals", "vars", "getattr", "setattr", "delattr",
-    "__import__", "breakpoint", "input", "exit", "quit", "memoryview",
+    "eval", "exec", "compile", "open", "globals", "locals", "vars", "getattr", "setattr", "delattr", "dir",
+    "__import__", "breakpoint", "input", "exit", "quit", "memoryview", "help",
 }
-# Attribute names that reach streams, the dispatcher, or torch internals.
+# Attribute names that reach streams, RNG, host copies, launch hooks or native libraries.
 FORBIDDEN_ATTRS = {
-    "Stream", "stream", "set_stream", "ExternalStream", "_C", "_dynamo", "_python_dispatch", "_ops",
-    "__torch_dispatch__", "__torch_function__", "CUDAGraph", "graph", "set_flush_denormal",
+    "Stream", "stream", "set_stream", "ExternalStream", "CUDAGraph", "graph", "set_flush_denormal",
     "use_deterministic_algorithms", "set_default_dtype", "manual_seed", "set_rng_state",
-    "tolist", "item", "numpy", "cpu",
+    "tolist", "item", "numpy", "cpu", "add_pre_run_hook", "pre_run_hooks", "load_library", "apply_",
+    "map_", "map2_", "register_forward_hook", "register_forward_pre_hook",
 }
-ALLOWED_DUNDERS = {"__init__", "__name__", "__class__", "__call__"}
+# Frame, code, generator and traceback internals: the routes from any object to the harness's frames.
+INTERNAL_ATTRS = {
+    "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame", "ag_code",
+    "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace", "f_lasti", "tb_frame", "tb_next",
+    "co_code", "co_consts", "co_names", "co_filename", "func_globals", "func_code",
+}
+ALLOWED_DUNDER_ATTRS = {"__init__"}  # super().__init__()
+ALLOWED_DUNDER_NAMES = {"__name__"}
+ALLOWED_DUNDER_DEFS = {"__init__"}
 
 
 @dataclasses.dataclass
@@ -76,13 +83,20 @@ class StaticReport:
     ok: bool
     reason: str = ""  # the first violation, phrased for the model
     violations: list[str] = dataclasses.field(default_factory=list)
-    kernels: list[str] = dataclasses.field(default_factory=list)
 
 
-def _root_name(node: ast.AST) -> str | None:
-    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
-        node = node.value if not isinstance(node, ast.Call) else node.func
-    return node.id if isinstance(node, ast.Name) else None
+def defines_model_new(code: str) -> bool:
+    """The one ModelNew check: a top-level `class ModelNew` (code that does not parse counts when the
+    name appears, so that the syntax error is reported by the static check or the import)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return "class ModelNew" in code
+    return any(isinstance(node, ast.ClassDef) and node.name == "ModelNew" for node in tree.body)
+
+
+def _module_allowed(name: str, allowed: set[str]) -> bool:
+    return name in allowed or name.startswith(ALLOWED_MODULE_PREFIXES)
 
 
 def _is_triton_jit(decorator: ast.AST) -> bool:
@@ -91,89 +105,140 @@ def _is_triton_jit(decorator: ast.AST) -> bool:
     return name in ("jit", "autotune", "heuristics")
 
 
+def _chain(node: ast.Attribute) -> tuple[str | None, list[str]]:
+    """`a.b.c` -> ("a", ["b", "c"]); (None, ...) when the root is not a plain name."""
+    attrs = []
+    while isinstance(node, ast.Attribute):
+        attrs.append(node.attr)
+        node = node.value
+    return (node.id if isinstance(node, ast.Name) else None), attrs[::-1]
+
+
+class _ModuleResolver:
+    """Walks attribute chains on the real modules to find a module outside the allowlist on the way.
+
+    Imports only allowlisted modules, never another name taken from the candidate."""
+
+    def __init__(self, allowed: set[str]):
+        self.allowed = allowed
+
+    def walk(self, module_name: str, attrs: list[str]) -> str | None:
+        import importlib
+        import types
+
+        try:
+            value = importlib.import_module(module_name)
+        except ImportError:
+            return None
+        for k, attr in enumerate(attrs):
+            value = getattr(value, attr, None) if not attr.startswith("_") else None
+            if isinstance(value, types.ModuleType):
+                name = value.__name__
+                package_on_the_way = k < len(attrs) - 1 and any(a.startswith(name + ".") for a in self.allowed)
+                if not _module_allowed(name, self.allowed) and not package_on_the_way:
+                    return name
+            elif not isinstance(value, type):
+                return None
+        return None
+
+
+def _check_import(node, allowed: set[str], aliases: dict, resolver: _ModuleResolver, violations: list) -> None:
+    listed = ", ".join(sorted(allowed))
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if not _module_allowed(alias.name, allowed):
+                violations.append(f"imports '{alias.name}': only {listed} may be imported")
+            elif alias.asname:
+                aliases[alias.asname] = alias.name
+            else:
+                aliases[alias.name.split(".")[0]] = alias.name.split(".")[0]
+        return
+    module = node.module or ""
+    if module == "__future__":
+        return
+    if node.level or not _module_allowed(module, allowed):
+        violations.append(f"imports from '{'.' * node.level}{module}': only {listed} may be imported")
+        return
+    for alias in node.names:
+        if alias.name == "*" or alias.name.startswith("_"):
+            violations.append(f"imports '{alias.name}' from {module}")
+            continue
+        if (bad := resolver.walk(module, [alias.name])) is not None:
+            violations.append(f"imports module '{bad}' (from {module}): only {listed} may be used")
+        full = f"{module}.{alias.name}"
+        aliases[alias.asname or alias.name] = full if _module_allowed(full, allowed) else None
+
+
 def static_check(code: str, backend: str = "triton") -> StaticReport:
-    """Scan candidate source; an empty violation list means it may run."""
+    """Scan candidate source; an empty violation list means it may run. A tripwire, not a sandbox."""
     try:
         tree = ast.parse(code)
     except SyntaxError as e:
         return StaticReport(False, f"syntax error at line {e.lineno}: {e.msg}", [f"syntax: {e.msg}"])
+    allowed = ALLOWED_MODULES | BACKEND_MODULES.get(backend, set())
+    resolver = _ModuleResolver(allowed)
     violations: list[str] = []
-    imported_modules: set[str] = set()
-    kernels: list[str] = []
-    has_model_new = False
-    uses_load_inline = False
-
+    aliases: dict[str, str | None] = {}  # local name -> the allowed module it is bound to (None: not a module)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            for name in names:
-                top = name.split(".")[0]
-                if top in FORBIDDEN_MODULES:
-                    violations.append(f"imports forbidden module '{top}'")
-                if name.startswith("torch._") or ".cuda.streams" in name:
-                    violations.append(f"imports torch internals '{name}'")
-            for alias in node.names:
-                imported_modules.add((alias.asname or alias.name).split(".")[0])
-                if isinstance(node, ast.ImportFrom) and alias.name in FORBIDDEN_ATTRS:
-                    violations.append(f"imports '{alias.name}' (streams and torch internals are not allowed)")
-                if alias.name == "load_inline":
-                    uses_load_inline = True
-        elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
-            violations.append(f"try/except at line {node.lineno} (fallback paths are not allowed)")
-        elif isinstance(node, ast.ClassDef):
-            if node.name == "ModelNew":
-                has_model_new = True
-            for base in node.bases:
-                base_name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
-                if base_name == "Tensor" or base_name.endswith("Tensor"):
-                    violations.append(f"class {node.name} subclasses a Tensor type")
-        elif isinstance(node, ast.FunctionDef):
-            if any(_is_triton_jit(d) for d in node.decorator_list):
-                kernels.append(node.name)
-            if node.name in ("__torch_dispatch__", "__torch_function__", "__del__", "__getattr__"):
-                violations.append(f"defines {node.name}")
-        elif isinstance(node, ast.Call):
-            func = node.func
-            name = func.id if isinstance(func, ast.Name) else None
-            if name in FORBIDDEN_CALLS:
-                violations.append(f"calls {name}()")
-            if isinstance(func, ast.Attribute) and func.attr == "load_inline":
-                uses_load_inline = True
-            if name == "load_inline":
-                uses_load_inline = True
-        elif isinstance(node, ast.Attribute):
-            if node.attr in FORBIDDEN_ATTRS:
-                violations.append(f"uses .{node.attr} (streams, RNG, host copies and torch internals are not allowed)")
-            elif node.attr.startswith("__") and node.attr not in ALLOWED_DUNDERS:
-                violations.append(f"uses dunder attribute .{node.attr}")
-            elif node.attr.startswith("_") and _root_name(node) in ("torch", "triton", "tl", "F", "nn"):
-                violations.append(f"uses private API .{node.attr}")
-        elif isinstance(node, ast.Name) and node.id.startswith("__") and node.id not in ALLOWED_DUNDERS | {"__name__"}:
-            violations.append(f"uses {node.id}")
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            violations.append("uses global/nonlocal state (caching across calls is not allowed)")
-
-        # Assigning into a module (torch.x = ..., F.relu = ...) is monkeypatching.
-        targets = []
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = [node.target]
-        for target in targets:
-            if isinstance(target, (ast.Attribute, ast.Subscript)):
-                root = _root_name(target)
-                if root in imported_modules:
-                    violations.append(f"assigns into module '{root}' (monkeypatching is not allowed)")
-
-    if not has_model_new:
-        violations.insert(0, "no class ModelNew")
+            _check_import(node, allowed, aliases, resolver, violations)
+    for node in ast.walk(tree):
+        _check_node(node, aliases, resolver, violations)
+    kernels = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and any(map(_is_triton_jit, n.decorator_list))]
+    uses_load_inline = any(getattr(n, "id", getattr(n, "attr", None)) == "load_inline" for n in ast.walk(tree)
+                           if isinstance(n, (ast.Name, ast.Attribute))) or "load_inline" in aliases
     if backend == "triton" and not kernels:
         violations.append("no @triton.jit kernel: the triton backend needs custom Triton kernels")
     if backend == "cuda" and not uses_load_inline:
         violations.append("no load_inline call: the cuda backend needs kernels built with load_inline")
-    seen, unique = set(), []
-    for v in violations:
-        if v not in seen:
-            seen.add(v)
-            unique.append(v)
-    return StaticReport(not unique, unique[0] if unique else "", unique, kernels)
+    unique = list(dict.fromkeys(violations))
+    return StaticReport(not unique, unique[0] if unique else "", unique)
+
+
+def _check_node(node, aliases: dict, resolver: _ModuleResolver, violations: list) -> None:
+    if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+        violations.append(f"try/except at line {node.lineno} (fallback paths are not allowed)")
+    elif isinstance(node, ast.ClassDef):
+        for base in node.bases:
+            base_name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+            if base_name == "Tensor" or base_name.endswith("Tensor"):
+                violations.append(f"class {node.name} subclasses a Tensor type")
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if node.name.startswith("__") and node.name not in ALLOWED_DUNDER_DEFS:
+            violations.append(f"defines {node.name} (only __init__ may be a dunder method)")
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FORBIDDEN_CALLS:
+        violations.append(f"calls {node.func.id}()")
+    elif isinstance(node, ast.Attribute):
+        _check_attribute(node, aliases, resolver, violations)
+    elif isinstance(node, ast.Name) and node.id.startswith("__") and node.id not in ALLOWED_DUNDER_NAMES:
+        violations.append(f"uses {node.id}")
+    elif isinstance(node, (ast.Global, ast.Nonlocal)):
+        violations.append("uses global/nonlocal state (caching across calls is not allowed)")
+    targets = node.targets if isinstance(node, ast.Assign) else \
+        [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+    for target in targets:  # assigning into a module (torch.x = ..., F.relu = ...) is monkeypatching
+        root = target
+        while isinstance(root, (ast.Attribute, ast.Subscript)):
+            root = root.value
+        if target is not root and isinstance(root, ast.Name) and root.id in aliases:
+            violations.append(f"assigns into module '{root.id}' (monkeypatching is not allowed)")
+
+
+def _check_attribute(node: ast.Attribute, aliases: dict, resolver: _ModuleResolver, violations: list) -> None:
+    attr = node.attr
+    if attr.startswith("__") and attr.endswith("__"):
+        if attr not in ALLOWED_DUNDER_ATTRS:
+            violations.append(f"uses dunder attribute .{attr}")
+    elif attr.startswith("_"):
+        violations.append(f"uses private attribute .{attr} (names starting with _ are not allowed; name your "
+                          "own attributes without the underscore)")
+    elif attr in INTERNAL_ATTRS:
+        violations.append(f"uses .{attr} (frame, code and generator internals are not allowed)")
+    elif attr in FORBIDDEN_ATTRS:
+        violations.append(f"uses .{attr} (streams, RNG, host copies, launch hooks and native libraries are "
+                          "not allowed)")
+    root, attrs = _chain(node)
+    module = aliases.get(root) if root else None
+    if module and (bad := resolver.walk(module, attrs)) is not None:
+        violations.append(f"reaches module '{bad}' through {root}.{'.'.join(attrs)}: only "
+                          f"{', '.join(sorted(resolver.allowed))} may be used")

@@ -303,7 +303,8 @@ def test_cannot_write_outside_the_sandbox(runtime_only, tmp_path):
         """
     result = runtime_only.evaluate(RELU, candidate(code))
     assert not os.path.exists(target)
-    assert result.status == Status.RUNTIME_ERROR and "Read-only file system" in result.error
+    # The worker's audit hook (a tripwire) denies it first; bwrap's read-only filesystem stands behind it.
+    assert result.status == Status.REJECTED and "writing" in result.error and "audit hook" in result.error
 
 
 @needs_bwrap
@@ -336,7 +337,8 @@ def test_no_network(runtime_only):
     t.join()
     server.close()
     assert connections == []
-    assert result.status == Status.RUNTIME_ERROR
+    # The audit hook (a tripwire) denies the socket first; bwrap's empty network stands behind it.
+    assert result.status in (Status.REJECTED, Status.RUNTIME_ERROR) and not result.correct
 
 
 def test_reading_the_reference_file_does_not_help(runtime_only):
@@ -357,7 +359,7 @@ def test_reading_the_reference_file_does_not_help(runtime_only):
 
 def test_verdicts_name_protections(strict):
     result = strict.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
-    assert "own process group" in result.sandbox
+    assert "process-group" in result.sandbox
     assert ("bwrap" in result.sandbox) == bwrap_works()
 
 

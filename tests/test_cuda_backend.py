@@ -36,11 +36,13 @@ def evaluator():
         yield ev
 
 
+@pytest.mark.slow  # compiles a C++/CUDA extension: ~70 s
 def test_load_inline_kernel_is_correct(evaluator):
     code = EXTENSION + "\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.relu_out(x)\n"
     result = evaluator.evaluate(RELU, code)
     assert result.status == Status.CORRECT, result.error
-    assert result.checks["launches"] == [1, 1]
+    trials = len(result.checks["correctness_trials"])  # 2 trials + the stress trials
+    assert trials > 2 and result.checks["launches"] == [1] * trials
 
 
 def test_load_inline_decoy_with_torch_compute_is_rejected(evaluator):

@@ -99,3 +99,72 @@ def test_level2_allowed_conv(gpu_eval):
     problem = next(p for p in load_bundled(2) if p.allowed_torch_ops)
     result = gpu_eval.evaluate(problem, "```python\n" + problem.solution_source + "```")
     assert result.status == Status.CORRECT, result.error
+
+
+# --- trusted timing (issue #17) -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpu_events():
+    with Evaluator(EvalConfig(device="cuda", iters=20, timeout_s=120, timing_mode="events")) as ev:
+        yield ev
+
+
+def test_trusted_timing_is_the_default_and_says_how_it_measured(gpu_eval, gpu_events):
+    text = "```python\n" + RELU.solution_source + "```"
+    trusted, eager = gpu_eval.evaluate(RELU, text), gpu_events.evaluate(RELU, text)
+    assert trusted.status == eager.status == Status.CORRECT, (trusted.error, eager.error)
+    assert "cuda_graph in its worker" in trusted.checks["timing_trust"]
+    assert "judge" in trusted.checks["timing_trust"] and trusted.checks["physical_floor_us"] > 0
+    assert len(trusted.checks["correctness_timed_outputs"]) == 2  # one timed output per round, 2 rounds
+    assert "untrusted" in eager.checks["timing_trust"]
+    # A memory-bound ReLU: graph replay and eager events agree within launch overhead.
+    assert 0.5 < trusted.speedup / eager.speedup < 2.0, (trusted.speedup, eager.speedup)
+
+
+def test_host_sync_in_forward_is_timed_eagerly_and_labelled(gpu_eval):
+    code = """
+        class ModelNew(nn.Module):
+            def forward(self, x):
+                y = torch.empty_like(x)
+                launch_relu(x, y)
+                torch.cuda.synchronize()      # not capturable
+                return y
+        """
+    result = gpu_eval.evaluate(RELU, candidate(code))
+    assert result.status == Status.CORRECT, result.error
+    assert "eager (cannot capture" in result.checks["timing_trust"]
+
+
+def test_side_stream_outside_the_checked_calls(gpu_runtime_only, gpu_eval):
+    """Honest on the checked calls, then launches on a side stream, hoping the events miss its work."""
+    code = """
+        class ModelNew(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.calls = []
+            def forward(self, x):
+                self.calls.append(1)
+                y = torch.empty_like(x)
+                if len(self.calls) <= 8:
+                    launch_relu(x, y)
+                else:
+                    with torch.cuda.stream(torch.cuda.Stream()):
+                        launch_relu(x, y)
+                return y
+        """
+    honest = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
+    result = gpu_runtime_only.evaluate(RELU, candidate(code))
+    assert not (result.correct and result.speedup > 1.5 * honest.speedup), (result.status, result.speedup, result.error)
+
+
+@pytest.mark.parametrize("name", ["forged_timing_figures", "wrong_only_when_timed", "forged_ready_and_empty_outputs"])
+def test_trust_attacks_on_the_gpu(gpu_eval, gpu_runtime_only, name):
+    from tests.test_adversarial_trust import ATTACKS, HEADER
+
+    _, problem, code, on, off, _ = ATTACKS[name]
+    code = code if "import triton" in code else HEADER + code
+    for ev, allowed in ((gpu_eval, on), (gpu_runtime_only, off | {Status.INCORRECT, Status.REJECTED})):
+        result = ev.evaluate(problem, "```python\n" + code + "\n```")
+        assert not result.correct and result.status in allowed, (name, result.status, result.error)
+        assert ev.evaluate(RELU, "```python\n" + RELU.solution_source + "```").correct

@@ -21,16 +21,20 @@ from kbencheval.eval.harness import EvalConfig, Evaluator, HarnessError
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kbench check", description="Evaluate one candidate kernel.")
-    p.add_argument("--ref", help="problem file (KernelBench format)")
-    p.add_argument("--kernel", required=True, help="candidate file: code or raw LLM text defining ModelNew")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
-    p.add_argument("--backend", default="triton", choices=["triton", "cuda"])
+    p = argparse.ArgumentParser(prog="kbench check", description="Evaluate one candidate kernel.",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                epilog="example: kbench check --level 1 --problem-id 1 --kernel my_relu.py --json trials=3  "
+                                       "(any EvalConfig key=value; `kbench run-one --help` lists them)")
+    p.add_argument("--ref", metavar="PATH", help="problem file (KernelBench format)")
+    p.add_argument("--kernel", metavar="PATH", required=True, help="candidate file: code or raw LLM text defining ModelNew")
+    p.add_argument("--device", metavar="STR", default="cpu", help="cpu | cuda | cuda:N")
+    p.add_argument("--backend", default="triton", choices=["triton", "cuda"], help="kernel language")
     p.add_argument("--json", action="store_true", help="print only the EvalResult JSON")
-    p.add_argument("--dataset-src", default="bundled", choices=["bundled", "local", "huggingface"])
-    p.add_argument("--dataset-path", default=None, help="local KernelBench folder or HF dataset id")
-    p.add_argument("--level", type=int)
-    p.add_argument("--problem-id", type=int)
+    p.add_argument("--dataset-src", default="bundled", choices=["bundled", "local", "huggingface"],
+                   help="with --level/--problem-id: where the problem comes from")
+    p.add_argument("--dataset-path", metavar="STR", default=None, help="local KernelBench folder or HF dataset id")
+    p.add_argument("--level", metavar="INT", type=int, help="problem level (instead of --ref)")
+    p.add_argument("--problem-id", metavar="INT", type=int, help="problem id within --level")
     p.add_argument("overrides", nargs="*", help="EvalConfig key=value overrides")
     return p
 
@@ -82,4 +86,4 @@ def _print_human(result) -> None:
         console.print(f"speedup: [bold]{result.speedup:.3f}x[/]")
     elif result.correct:
         console.print("timing: not meaningful on this device (Triton interpreter)")
-    console.print(f"sandbox: {result.sandbox}")
+    console.print(f"sandbox: {', '.join(result.sandbox)}")

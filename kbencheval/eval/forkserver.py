@@ -1,16 +1,19 @@
 """Pre-warmed fork server: torch and triton imported once, one fork per candidate.
 
-    python -m kbencheval.eval.forkserver     (started by the harness; speaks JSON lines on stdin/stdout)
+    python -m kbencheval.eval.forkserver '<sandbox plan as JSON>'   (started by the harness; JSON lines on stdin/stdout)
 
 A cold CUDA process costs seconds of imports; a fork of this process costs milliseconds. CUDA is
-never initialised here, so forked children may initialise it. Every child starts its own session
-(process group) so the harness can kill it and all its descendants at once, and this process is a
-child subreaper: anything a candidate leaves behind is re-parented here and swept away.
+never initialised here, so forked children may initialise it. Before importing anything heavy the
+server enters its sandbox (kbencheval/eval/sandbox): its own user, mount, IPC, network and UTS
+namespaces, a read-only root, a private /dev/shm and /tmp. The judge is forked as PID 1 of a fresh
+PID namespace and every candidate worker into that namespace, where it sees and can signal only
+its own processes. Each worker then mounts its own /proc and /tmp, drops every capability, and
+(after CUDA is up) applies Landlock and seccomp before any candidate code runs. Every child also
+starts its own session so the harness can kill it and all its descendants at once.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import resource
@@ -18,8 +21,8 @@ import signal
 import socket
 import sys
 
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
+from kbencheval.eval import sandbox
+from kbencheval.eval.sandbox._linux import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, prctl
 
 
 def _preload():
@@ -30,9 +33,29 @@ def _preload():
     import kbencheval.eval.worker  # noqa: F401
 
 
-def _child(job: dict) -> None:
+def _job_env(job: dict, plan: dict) -> None:
+    """Per-job folders: a private Triton cache (layered over the shared one), TMPDIR, HOME, extensions."""
+    from kbencheval.eval.sandbox import tritoncache  # imports triton: never before the sandbox is entered
+
+    job_dir = job["job_dir"]
+    for name in ("tmp", "triton_cache", "torch_extensions"):
+        os.makedirs(os.path.join(job_dir, name), exist_ok=True)
+    os.environ.update(HOME=job_dir, TMPDIR=os.path.join(job_dir, "tmp"),
+                      TORCH_EXTENSIONS_DIR=os.path.join(job_dir, "torch_extensions"))
+    if job["kind"] != "judge":  # the judge is the only writer of the shared cache
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(job_dir, "triton_cache")
+        if plan.get("shared_cache"):
+            os.environ.update(TRITON_CACHE_MANAGER=tritoncache.MANAGER, **{tritoncache.SHARED_ENV: plan["shared_cache"]})
+    elif plan.get("shared_cache"):
+        os.environ["TRITON_CACHE_DIR"] = plan["shared_cache"]
+    import tempfile
+
+    tempfile.tempdir = None  # computed again from TMPDIR
+
+
+def _child(job: dict, plan: dict, layers: list[str]) -> None:
     os.setsid()
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # not inherited across fork
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # not inherited across fork
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     log = os.open(os.path.join(job["job_dir"], "worker.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -43,28 +66,55 @@ def _child(job: dict) -> None:
     os.dup2(log, 2)
     sys.stdout = os.fdopen(1, "w", buffering=1)
     sys.stderr = os.fdopen(2, "w", buffering=1)
-    import faulthandler
+    done = sandbox.prepare_worker(plan, layers, job["job_dir"], job["kind"])
+    _job_env(job, plan)
+    if job["kind"] != "judge":  # the judge is PID 1: a handler would let candidates' signals through
+        import faulthandler
 
-    faulthandler.enable()
+        faulthandler.enable()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if job.get("memory_limit_bytes"):
         limit = int(job["memory_limit_bytes"])
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(job["socket"])
+    if job["device"].startswith("cuda"):
+        import torch
+
+        # CUDA must be up before Landlock and seccomp (it writes under /proc while it starts).
+        torch.cuda.set_device(job["device"])
+        torch.zeros(1, device=job["device"])
+        if job["kind"] == "judge" and plan.get("shared_cache"):
+            from kbencheval.eval.sandbox import tritoncache
+
+            tritoncache.warm(job["device"])
+    done += sandbox.lock_down(layers, writable=[job["job_dir"], "/tmp", "/dev/shm"])
+    expected = {layer for layer in sandbox.WORKER_LAYERS if layer in layers and layer != "pid-ns"}
+    if not expected <= set(done):
+        raise RuntimeError(f"sandbox layers failed in this worker: {sorted(expected - set(done))}")
     from kbencheval.eval.worker import run_job
 
     run_job(job, sock)
 
 
 def main() -> None:
+    plan = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {"mode": "none"}
+    server = sandbox.ServerSandbox(plan)
+    server.enter()  # while single-threaded, before torch starts any thread
     _preload()
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
     # A harness killed outright (e.g. ray.kill of an eval actor) must not leave this server behind.
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() == 1:  # the parent died before the line above took effect
         os._exit(1)
+    layers: list[str] = []  # filled in by the probe below
+    missing: dict[str, str] = {}
+    server.start_helper({"probe": sandbox.probe_child, "judge": lambda p: _run_child(p["job"], plan, p["layers"])})
+    if plan.get("mode", "none") != "none":
+        probe_dir = os.path.join(plan["scratch"], "probe")
+        os.makedirs(probe_dir, exist_ok=True)
+        found, missing = sandbox.probe(server, plan, probe_dir)
+        layers.extend(found)
     exits: dict[int, int] = {}
 
     def reap(*_):
@@ -79,25 +129,27 @@ def main() -> None:
 
     signal.signal(signal.SIGCHLD, reap)
     out = sys.stdout
-    out.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    out.write(json.dumps({"ready": True, "pid": os.getpid(), "layers": layers, "missing": missing}) + "\n")
     out.flush()
+    judge: set[int] = set()
     for line in sys.stdin:
         msg = json.loads(line)
         op = msg["op"]
         if op == "spawn":
-            pid = os.fork()
-            if pid == 0:
-                code = 0
-                try:
-                    _child(msg["job"])
-                except BaseException:  # noqa: BLE001 - the exit code carries it; the log has the trace
-                    import traceback
-
-                    traceback.print_exc()
-                    code = 1
-                finally:
-                    os._exit(code)
-            reply = {"pid": pid}
+            job = msg["job"]
+            try:
+                if job["kind"] == "judge" and "pid-ns" in layers:
+                    pid, init = server.spawn_init("judge", {"job": job, "layers": layers})
+                    judge = {pid, init}
+                else:
+                    pid = os.fork()  # into the judge's PID namespace, when there is one
+                    if pid == 0:
+                        _run_child(job, plan, layers)
+                    judge = {pid} if job["kind"] == "judge" else judge
+            except OSError as e:  # no PID namespace to fork into: its init, the judge, is gone
+                reply = {"error": f"cannot start the {job['kind']}: {e.strerror}"}
+            else:
+                reply = {"pid": pid, "init": init if job["kind"] == "judge" and "pid-ns" in layers else pid}
         elif op == "exit_status":
             reap()
             status = exits.pop(msg["pid"], None)
@@ -108,26 +160,40 @@ def main() -> None:
             else:
                 reply = {"known": True, "code": os.WEXITSTATUS(status)}
         elif op == "sweep":
-            # Direct children that are not kept are leftovers: orphans re-parented to this subreaper.
-            keep = set(msg.get("keep", []))
-            killed = 0
-            for pid in _children(os.getpid()):
-                if pid not in keep:
-                    try:
-                        os.killpg(pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                        killed += 1
-                    except ProcessLookupError:
-                        pass
-            reap()
-            reply = {"killed": killed}
+            reply = {"killed": _sweep(server, set(msg.get("keep", [])) | judge | {server.helper_pid})}
         else:
             reply = {"error": f"unknown op {op}"}
         out.write(json.dumps(reply) + "\n")
         out.flush()
+
+
+def _run_child(job: dict, plan: dict, layers: list[str]) -> None:
+    code = 0
+    try:
+        _child(job, plan, layers)
+    except BaseException:  # noqa: BLE001 - the exit code carries it; the log has the trace
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _sweep(server: sandbox.ServerSandbox, keep: set) -> int:
+    """Kill every leftover: direct children not kept, and every other process in the judge's PID namespace."""
+    killed = 0
+    for pid in set(_children(os.getpid())) | set(server.members()):
+        if pid in keep:
+            continue
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        killed += 1
+    server.wipe_shared_places()
+    return killed
 
 
 def _children(ppid: int) -> list[int]:

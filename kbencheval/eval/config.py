@@ -1,0 +1,90 @@
+"""`EvalConfig`: every knob of one Evaluator. Keyword-only; `validate()` checks and never mutates."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from kbencheval.config import ConfigError
+
+
+@dataclasses.dataclass(kw_only=True)
+class EvalConfig:
+    device: str = "cpu"
+    """cpu (Triton interpreter, correctness only), cuda, or cuda:N (ROCm GPUs also appear as cuda)."""
+    backend: Literal["triton", "cuda"] = "triton"
+    """Which custom-kernel backend candidates must use."""
+    trials: int = 5
+    """Correctness trials on the problem's own get_inputs(), each with a fresh seed, one model instance."""
+    stress_trials: bool = True
+    """Also run one trial per stress transform (inputs scaled x0.01/x10/x100, shifted) where the
+    reference output stays finite; a problem narrows them with INPUT_DOMAIN."""
+    timeout_s: float = 300.0
+    """Hard limit for one candidate (import, compile, trials, timing); then its process group is killed."""
+    small: bool | None = None
+    """Run at the problem's SMALL_SIZES. Default: yes on cpu, no on GPUs."""
+    atol: float | None = None
+    """Absolute tolerance for every float output; default per problem, else per dtype (fp32 1e-4, bf16/fp16 1e-2).
+    Integer and bool outputs are always compared exactly."""
+    rtol: float | None = None
+    allowed_ops: list[str] = dataclasses.field(default_factory=list)
+    """Torch ops a candidate's forward may call on top of the problem's ALLOWED_TORCH_OPS (e.g. aten.convolution)."""
+    static_checks: bool = True
+    """Scan the code for forbidden constructs before running it. Off only to test the run-time defences."""
+    sandbox: Literal["auto", "kernel", "bwrap", "none"] = "auto"
+    """kernel: the namespace, capability, Landlock and seccomp layers that work here (docs/evaluator.md).
+    auto: those, inside bubblewrap when it works. bwrap: require bubblewrap. none: no sandbox (tests, benchmarks)."""
+    memory_limit_gb: float = 16.0
+    """Host memory cap per candidate (address space on cpu; resident memory watched on GPUs)."""
+    timing: bool = True
+    """Time reference and candidate (GPU only; the CPU interpreter's timings mean nothing)."""
+    timing_mode: Literal["trusted", "events", "cuda_graph"] = "trusted"
+    """trusted: the reference is timed in the judge, the candidate as CUDA-graph replays on fresh inputs
+    every iteration, its figures bounded by the harness's wall clock and the physical floor, its timed
+    outputs checked. events / cuda_graph: KernelBench-style eager timing inside the candidate's worker
+    (numbers the candidate could forge; cuda_graph replays one captured graph on rotating inputs)."""
+    timing_on_cpu: bool = False
+    """Run the timing protocol under the CPU interpreter too (tests of the protocol; numbers meaningless)."""
+    baseline: Literal["eager", "compile"] = "eager"
+    """What the candidate is compared against: the eager reference or torch.compile of it."""
+    warmup: int = 10
+    iters: int = 100
+    """Timed calls per model; reference and candidate alternate."""
+    timing_input_sets: int = 8
+    """Distinct fresh input sets rotated through the timed calls (at least 2, capped by timing_input_gb)."""
+    timing_input_gb: float = 6.0
+    """GPU memory the rotating timing inputs may take."""
+    l2_flush_mb: int = 256
+    seed: int | None = None
+    """None: every evaluation draws its seeds from a CSPRNG (`secrets`), so no candidate can know its
+    inputs in advance. An int reproduces a run; every verdict records its seeds in checks["seeds"]."""
+
+    def validate(self) -> None:
+        """Raise ConfigError (a ValueError) naming the setting to change; never changes the object."""
+        if not (self.device == "cpu" or self.device == "cuda" or
+                (self.device.startswith("cuda:") and self.device[5:].isdigit())):
+            raise ConfigError(f"device={self.device!r} is not supported: use cpu, cuda or cuda:N")
+        if self.trials < 1:
+            raise ConfigError(f"trials={self.trials}: set trials >= 1 (correctness trials per candidate)")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"timeout_s={self.timeout_s}: set timeout_s > 0")
+        if self.iters < 1 or self.warmup < 0:
+            raise ConfigError(f"iters={self.iters}, warmup={self.warmup}: set iters >= 1 and warmup >= 0")
+        if self.timing_input_sets < 2:
+            raise ConfigError(f"timing_input_sets={self.timing_input_sets}: set timing_input_sets >= 2")
+        if self.timing_on_cpu and self.timing_mode != "trusted":
+            raise ConfigError(f"timing_on_cpu needs timing_mode=trusted (got {self.timing_mode}): events need a GPU")
+        if self.memory_limit_gb <= 0:
+            raise ConfigError(f"memory_limit_gb={self.memory_limit_gb}: set memory_limit_gb > 0")
+
+    def __post_init__(self):
+        self.validate()
+
+    @property
+    def device_index(self) -> str:
+        """The device as torch names it: `cuda` means `cuda:0`."""
+        return "cuda:0" if self.device == "cuda" else self.device
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.device == "cpu"

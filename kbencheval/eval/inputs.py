@@ -1,0 +1,101 @@
+"""Problem -> model and inputs, identically in the worker and the judge (pure functions, no state).
+
+A `Trial` names one input set: the problem's `get_inputs()` under a seed, then optionally a stress
+transform of its floating-point tensors. Stress trials exist because `get_inputs()` is usually
+N(0,1): a kernel that is right only there (a softplus clamped to |x|<=6) must fail. The judge uses a
+stress trial only where the reference output stays finite; a problem narrows them with the literal
+`INPUT_DOMAIN` ("any", the default; "positive": inputs must stay > 0; "none": no stress trials).
+"""
+
+from __future__ import annotations
+
+import random
+import types
+
+import torch
+
+# name -> (transform of one floating tensor, domains it is valid for)
+STRESS = {
+    "x0.01": (lambda x: x * 0.01, {"any", "positive"}),
+    "x10": (lambda x: x * 10.0, {"any", "positive"}),
+    "x100": (lambda x: x * 100.0, {"any", "positive"}),
+    "shift+3": (lambda x: x + 3.0, {"any", "positive"}),
+    "shift-3": (lambda x: x - 3.0, {"any"}),
+}
+INPUT_DOMAINS = ("any", "positive", "none")
+
+
+def stress_names(domain: str) -> list[str]:
+    if domain not in INPUT_DOMAINS:
+        raise ValueError(f"INPUT_DOMAIN {domain!r} is unknown: use one of {', '.join(INPUT_DOMAINS)}")
+    return [name for name, (_, domains) in STRESS.items() if domain in domains]
+
+
+def load_problem_module(source: str, sizes: dict) -> types.ModuleType:
+    module = types.ModuleType("reference_problem")
+    exec(compile(source, "<reference problem>", "exec"), module.__dict__)
+    for name, value in sizes.items():
+        setattr(module, name, value)
+    return module
+
+
+def as_tensor_list(out) -> list:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def make_inputs(module, trial, device: torch.device) -> list:
+    """`trial` is a protocol.Trial (or a bare seed for the problem's own inputs)."""
+    seed, stress = (trial, "") if isinstance(trial, int) else (trial.seed, trial.stress)
+    torch.manual_seed(seed)
+    random.seed(seed)
+    with torch.device(device):
+        inputs = module.get_inputs()
+    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+    if stress:
+        transform = STRESS[stress][0]
+        inputs = [transform(x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    return inputs
+
+
+def build_model(cls, module, seeds: dict, device: torch.device):
+    torch.manual_seed(seeds["init"])
+    with torch.device(device):
+        init_inputs = module.get_init_inputs()
+    torch.manual_seed(seeds["model"])
+    with torch.device(device):
+        model = cls(*init_inputs)
+    return model.to(device)
+
+
+def pin_global_flags() -> dict:
+    """Fix the numerics-relevant torch flags; the worker checks after every call that they held."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
+    torch.set_float32_matmul_precision("highest")
+    return global_flags()
+
+
+def global_flags() -> dict:
+    return {
+        "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cudnn.benchmark": torch.backends.cudnn.benchmark,
+        "cudnn.deterministic": torch.backends.cudnn.deterministic,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "default_dtype": str(torch.get_default_dtype()),
+        "grad_enabled": torch.is_grad_enabled(),
+    }
+
+
+def sync(device: torch.device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type != "cuda":
+        return "cpu (Triton interpreter)"
+    backend = f"ROCm {torch.version.hip}" if torch.version.hip else f"CUDA {torch.version.cuda}"
+    return f"{device} ({torch.cuda.get_device_name(device)}, {backend})"

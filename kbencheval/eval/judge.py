@@ -1,0 +1,202 @@
+"""The trusted judge: reference model, reference outputs, and the comparison that decides correctness.
+
+A long-lived process forked from the same pre-warmed server as the workers, but one that never
+imports candidate code. It computes reference outputs (cached per problem and trial), and for each
+phase demands exactly the items it asked for: every trial once, the reference's number of outputs,
+their shapes and dtypes. Anything else fails the candidate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+
+import torch
+
+from kbencheval.eval.errors import short_error
+from kbencheval.eval.inputs import as_tensor_list, build_model, device_name, load_problem_module, make_inputs, \
+    pin_global_flags, sync
+from kbencheval.eval.protocol import Channel, Compare, JudgeJob, OutputItem, Prepare, ProtocolError, TimeReference, Trial
+from kbencheval.eval.timing import Timer, measure_bandwidth_gbs
+from kbencheval.eval.transfer import import_tensors
+
+JUDGE_CACHE_BYTES = 8 << 30  # reference outputs kept per problem; others are recomputed when asked
+
+
+def default_tolerance(dtype: torch.dtype) -> float:
+    return 1e-4 if dtype in (torch.float32, torch.float64) else 1e-2
+
+
+def compare_tensor(i: int, r: torch.Tensor, g: torch.Tensor, tol: dict, scale_atol: bool) -> tuple[str, dict]:
+    """'' when `g` matches `r`: integers and bools exactly, floats within tolerance, NaN/Inf where `r` has them."""
+    if tuple(r.shape) != tuple(g.shape):
+        return f"output {i} has shape {tuple(g.shape)}, expected {tuple(r.shape)}", {}
+    if r.dtype != g.dtype:
+        return f"output {i} has dtype {g.dtype}, expected {r.dtype}", {}
+    if r.is_contiguous() and not g.is_contiguous():
+        return f"output {i} is not contiguous (the reference output is)", {}
+    g = g.to(r.device)
+    if not (r.is_floating_point() or r.is_complex()):
+        n_bad = int((r != g).sum())
+        return (f"output {i} ({r.dtype}) differs in {n_bad} of {r.numel()} elements (integer outputs must be exact)"
+                if n_bad else ""), {f"output{i}_mismatches": n_bad}
+    atol = tol.get("atol", default_tolerance(r.dtype))
+    rtol = tol.get("rtol", default_tolerance(r.dtype))
+    if scale_atol:  # stress trials: the absolute tolerance follows the output's magnitude
+        finite = r[torch.isfinite(r)].double()
+        atol *= max(1.0, float(finite.square().mean().sqrt())) if finite.numel() else 1.0
+    max_diff, n_bad, n_special = _compare_chunked(r.reshape(-1), g.reshape(-1), atol, rtol)
+    stats = {f"output{i}_max_abs_diff": max_diff}
+    if n_special:
+        return f"output {i} has {n_special} NaN/Inf values that differ from the reference's", stats
+    if n_bad:
+        return (f"output {i} mismatch: max abs diff {max_diff:.3g}, {n_bad / max(r.numel(), 1):.1%} of "
+                f"elements outside atol={atol:g} rtol={rtol:g}"), stats
+    return "", stats
+
+
+def _compare_chunked(r, g, atol, rtol, chunk: int = 1 << 25):
+    """float64 elementwise check in slices, so a multi-GB output needs no multi-GB temporaries."""
+    max_diff, n_bad, n_special = 0.0, 0, 0
+    for start in range(0, r.numel(), chunk):
+        r64, g64 = r[start:start + chunk].double(), g[start:start + chunk].double()
+        r_fin, g_fin = torch.isfinite(r64), torch.isfinite(g64)
+        # NaN exactly where the reference has NaN, the same infinity where it has one.
+        same_special = (torch.isnan(r64) & torch.isnan(g64)) | (torch.isinf(r64) & (r64 == g64))
+        n_special += int(((~r_fin | ~g_fin) & ~same_special).sum())
+        diff = (r64 - g64).abs()
+        n_bad += int((r_fin & g_fin & ~(diff <= atol + rtol * r64.abs())).sum())
+        finite = diff[r_fin & g_fin]
+        if finite.numel():
+            max_diff = max(max_diff, float(finite.max()))
+    return max_diff, n_bad, n_special
+
+
+def compare(ref: list, got: list, tol: dict, scale_atol: bool = False) -> tuple[bool, str, dict]:
+    """Candidate outputs against reference outputs; returns (ok, message, stats)."""
+    if len(ref) != len(got):
+        return False, f"expected {len(ref)} outputs, got {len(got)}", {}
+    stats = {}
+    for i, (r, g) in enumerate(zip(ref, got)):
+        if not isinstance(r, torch.Tensor):
+            continue
+        message, found = compare_tensor(i, r, g, tol, scale_atol)
+        stats.update(found)
+        if message:
+            return False, message, stats
+    return True, "", stats
+
+
+def check_items(expected: list[Trial], items: list[OutputItem]) -> str:
+    """'' when `items` hold exactly the `expected` trials, each once; else what is wrong."""
+    got = Counter(item.trial for item in items)
+    want = Counter(expected)
+    if got == want:
+        return ""
+    missing = [t.key for t in want if got[t] < want[t]]
+    extra = [t.key for t in got if got[t] > want[t]]
+    return f"the worker returned other trials than requested (missing {missing[:3]}, unexpected {extra[:3]})"
+
+
+class Judge:
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.key = None
+        self.module = self.model = None
+        self.refs: dict[Trial, list] = {}
+        self.timer, self.timer_key = None, None
+        self.bandwidth_gbs = None
+
+    def prepare(self, msg: Prepare) -> dict:
+        key = (msg.problem_source, json.dumps(msg.sizes, sort_keys=True), json.dumps(msg.model_seeds, sort_keys=True))
+        if self.key != key:
+            self.refs.clear()
+            self.model = None
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            self.timer = self.timer_key = None
+            self.module = load_problem_module(msg.problem_source, msg.sizes)
+            self.model = build_model(self.module.Model, self.module, msg.model_seeds, self.device)
+            self.key = key
+        not_finite, output_bytes = [], []
+        for trial in msg.trials:
+            out = self.reference(trial)
+            if any(isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all())
+                   for t in out):
+                not_finite.append(trial.key)
+            output_bytes = [t.numel() * t.element_size() for t in out if isinstance(t, torch.Tensor)]
+        return {"ok": True, "device_name": device_name(self.device), "output_bytes": output_bytes,
+                "not_finite": not_finite}
+
+    def compare(self, msg: Compare) -> dict:
+        if wrong := check_items(msg.expected, msg.items):
+            return {"ok": True, "protocol_error": wrong, "results": []}
+        results = []
+        for item in msg.items:
+            got = import_tensors(item.desc, msg.job_dir)
+            ref = self.reference(item.trial, cache=msg.phase != "timed_outputs")  # timed inputs are one-offs
+            ok, message, stats = compare(ref, got, msg.tolerance, bool(item.trial.stress))
+            del got
+            results.append({"trial": item.trial.key, "ok": ok, "message": message, "stats": stats})
+            if not ok:
+                break
+        sync(self.device)
+        return {"ok": True, "results": results}
+
+    def time_reference(self, msg: TimeReference) -> dict:
+        """The reference is timed here, in a process no candidate code ever ran in."""
+        key = (self.key, json.dumps(dataclasses.asdict(msg.spec), sort_keys=True))
+        reply = {"ok": True}
+        if msg.setup:
+            if self.timer_key != key:
+                model = torch.compile(self.model) if msg.spec.baseline == "compile" else self.model
+                self.timer = Timer(model, self.module, self.device, msg.spec, msg.trials[0])
+                self.timer_key = key
+            if self.bandwidth_gbs is None:
+                self.bandwidth_gbs = measure_bandwidth_gbs(self.device)
+            inputs = make_inputs(self.module, msg.trials[0], self.device)
+            outputs = self.reference(msg.trials[0], cache=False)
+            io_bytes = sum(t.numel() * t.element_size() for t in inputs + outputs if isinstance(t, torch.Tensor))
+            return {**reply, "mechanism": self.timer.mechanism, "bandwidth_gbs": self.bandwidth_gbs, "io_bytes": io_bytes}
+        times, _ = self.timer.run(msg.trials, keep=False)
+        return {**reply, "ref_us": times}
+
+    def reference(self, trial: Trial, cache: bool = True) -> list:
+        if trial in self.refs:
+            return self.refs[trial]
+        inputs = make_inputs(self.module, trial, self.device)
+        with torch.no_grad():
+            out = [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in as_tensor_list(self.model(*inputs))]
+        del inputs
+        sync(self.device)
+        nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))  # noqa: E731
+        if cache and sum(nbytes(ts) for ts in self.refs.values()) + nbytes(out) <= JUDGE_CACHE_BYTES:
+            self.refs[trial] = out
+        return out
+
+
+def run_judge(job: JudgeJob, sock) -> None:
+    """Long-lived: answers Prepare and Compare requests from the harness until it closes the socket."""
+    device = torch.device(job.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    pin_global_flags()
+    judge, chan = Judge(device), Channel(sock)
+    while True:
+        try:
+            msg = chan.recv()
+        except EOFError:
+            return
+        try:
+            if isinstance(msg, Prepare):
+                reply = judge.prepare(msg)
+            elif isinstance(msg, Compare):
+                reply = judge.compare(msg)
+            elif isinstance(msg, TimeReference):
+                reply = judge.time_reference(msg)
+            else:
+                raise ProtocolError(f"the judge does not answer {type(msg).__name__}")
+        except Exception as e:  # a bad descriptor or reference failure must not kill the judge
+            reply = {"ok": False, "error": short_error(e)}
+        sock.sendall((json.dumps(reply) + "\n").encode())

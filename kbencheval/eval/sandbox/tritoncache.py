@@ -1,0 +1,62 @@
+"""Triton's cache, one private folder per candidate over a shared folder that candidates only read.
+
+A candidate writes compiled kernels into its own job folder, which is deleted with it, so it can
+never change what the next candidate loads. The shared folder is written only by the trusted judge
+(which runs no candidate code): at start it compiles one kernel, which builds Triton's driver
+helpers and a launcher, the compile work every candidate would otherwise repeat. A candidate's own
+artifacts are never promoted: nothing outside the candidate could check that a binary belongs to
+its cache key without compiling the candidate's code again.
+
+Select it with TRITON_CACHE_MANAGER=kbencheval.eval.sandbox.tritoncache:LayeredCacheManager and
+KBENCH_TRITON_SHARED_CACHE=<shared folder>; TRITON_CACHE_DIR is the private folder.
+"""
+
+from __future__ import annotations
+
+import os
+
+from triton.runtime.cache import FileCacheManager
+
+SHARED_ENV = "KBENCH_TRITON_SHARED_CACHE"
+MANAGER = "kbencheval.eval.sandbox.tritoncache:LayeredCacheManager"
+
+
+class LayeredCacheManager(FileCacheManager):
+    """Reads the private folder first, then the shared one; writes only the private one."""
+
+    def __init__(self, key, override=False, dump=False):
+        super().__init__(key, override=override, dump=dump)
+        shared = os.environ.get(SHARED_ENV)
+        self.shared_dir = os.path.join(shared, key) if shared and not (override or dump) else None
+
+    def get_file(self, filename):
+        found = super().get_file(filename)
+        if found is None and self.shared_dir:
+            path = os.path.join(self.shared_dir, filename)
+            return path if os.path.exists(path) else None
+        return found
+
+    def get_group(self, filename):
+        group = super().get_group(filename)
+        if group is None and self.shared_dir and os.path.exists(os.path.join(self.shared_dir, f"__grp__{filename}")):
+            shared = FileCacheManager.__new__(FileCacheManager)
+            shared.cache_dir, shared.key, shared.lock_path = self.shared_dir, self.key, None
+            return FileCacheManager.get_group(shared, filename)
+        return group
+
+
+def warm(device: str) -> None:
+    """Compile and run one small kernel, so the shared cache holds Triton's helpers and a launcher."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+    x = torch.ones(1024, device=device)
+    y = torch.empty_like(x)
+    _copy[(1,)](x, y, x.numel(), BLOCK=1024)
+    torch.cuda.synchronize(device)

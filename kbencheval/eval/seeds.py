@@ -1,0 +1,47 @@
+"""Seeds of an evaluation, drawn when it runs so that no candidate can know its inputs in advance.
+
+`RunSeeds.draw()` uses a CSPRNG (`secrets`); `RunSeeds.draw(seed=N)` reproduces a run. One draw may
+serve a whole batch (an RL group, a benchmark run): `Evaluator.new_batch_seeds()` after the
+candidates were generated, then `evaluate(..., seeds=batch)` for each, so the judge computes the
+reference outputs once per batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import secrets
+
+from kbencheval.eval.protocol import Trial
+
+STRESS_NAMES = ("x0.01", "x10", "x100", "shift+3", "shift-3")  # kbencheval.eval.inputs.STRESS
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSeeds:
+    model: dict  # {"init": int, "model": int}: weights of Model and ModelNew
+    trials: tuple[Trial, ...]  # the problem's own get_inputs()
+    stress: tuple[Trial, ...]  # one per stress transform; the problem's INPUT_DOMAIN filters them
+    timing: tuple[Trial, ...]  # rotated through the timed calls
+    post_timing: tuple[Trial, ...]  # checked after timing
+
+    @classmethod
+    def draw(cls, *, trials: int, timing_sets: int, seed: int | None = None) -> "RunSeeds":
+        rng = random.Random(seed) if seed is not None else secrets.SystemRandom()
+        new = lambda: rng.getrandbits(62)  # noqa: E731
+        return cls(
+            model={"init": new(), "model": new()},
+            trials=tuple(Trial(seed=new()) for _ in range(trials)),
+            stress=tuple(Trial(seed=new(), stress=name) for name in STRESS_NAMES),
+            timing=tuple(Trial(seed=new()) for _ in range(timing_sets)),
+            post_timing=(Trial(seed=new()),),
+        )
+
+    def correctness_trials(self, stress_names: list[str]) -> list[Trial]:
+        return list(self.trials) + [t for t in self.stress if t.stress in stress_names]
+
+    def record(self) -> dict:
+        """What a verdict's checks["seeds"] holds: enough to rerun every input exactly."""
+        return {"model": dict(self.model), "trials": [t.key for t in self.trials],
+                "stress": [t.key for t in self.stress], "timing": [t.key for t in self.timing],
+                "post_timing": [t.key for t in self.post_timing]}

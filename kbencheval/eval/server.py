@@ -1,0 +1,145 @@
+"""The fork server's process, seen from the harness: how it is started (sandbox plan, allowlisted
+environment, bubblewrap when asked for) and its JSON-lines control pipe.
+
+The fork server itself (kbencheval/eval/forkserver.py) enters the kernel sandbox; `_Server` reads
+back which layers are active, which `EvalResult.sandbox` then lists.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from kbencheval.eval.config import EvalConfig
+from kbencheval.eval.sandbox.env import sandbox_env
+from kbencheval.eval.session import tail
+
+__all__ = ["HarnessError", "bwrap_args", "bwrap_profile", "bwrap_works"]
+
+
+def bwrap_args(scratch: str, hide: list[str] = (), writable_proc: bool = False) -> list[str]:
+    """bubblewrap: read-only root, writable scratch, private /tmp, no network; hidden files read as empty.
+
+    The host /proc is bound rather than a fresh procfs: CUDA fails to initialise (error 304) under a
+    new one. On the H100 machine we tested, CUDA also needed /proc writable; `writable_proc` allows
+    that while keeping /proc/sys (kernel settings) read-only.
+    """
+    proc = ["--bind", "/proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"] if writable_proc else \
+        ["--ro-bind", "/proc", "/proc"]
+    args = ["bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", *proc, "--tmpfs", "/tmp"]
+    # The private /tmp must not hide this interpreter, its packages or this checkout (CI clones into /tmp).
+    needed = {sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parents[2]), *sys.path}
+    for path in sorted(p for p in needed if p and p.startswith("/tmp/") and Path(p).exists()):
+        args += ["--ro-bind", path, path]
+    args += ["--bind", scratch, scratch, "--unshare-net", "--die-with-parent"]
+    for path in hide:
+        if Path(path).is_file():
+            args += ["--ro-bind", "/dev/null", str(Path(path).resolve())]
+    return args
+
+
+@functools.lru_cache(maxsize=None)
+def bwrap_profile(device_type: str = "cpu") -> dict | None:
+    """The strictest bwrap profile under which this machine runs our work (CUDA included), or None."""
+    if not shutil.which("bwrap"):
+        return None
+    probe = ["true"] if device_type == "cpu" else [
+        sys.executable, "-c", "import torch; torch.zeros(1, device='cuda').sum().item()"]
+    for profile in ({"writable_proc": False}, {"writable_proc": True}):
+        scratch = tempfile.mkdtemp(prefix="kbench-probe-")
+        try:
+            if subprocess.run(bwrap_args(scratch, **profile) + probe, capture_output=True, timeout=120).returncode == 0:
+                return profile
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return None
+
+
+def bwrap_works(device_type: str = "cpu") -> bool:
+    return bwrap_profile(device_type) is not None
+
+
+class HarnessError(RuntimeError):
+    """The harness itself cannot run (e.g. the fork server failed to start)."""
+
+
+class _Server:
+    """The fork server process and its JSON-lines control pipe."""
+
+    def __init__(self, cfg: EvalConfig, scratch: Path, hide: list[str]):
+        # The package must be importable inside the sandbox even when run from a source checkout.
+        pkg_root = str(Path(__file__).resolve().parents[2])
+        env = sandbox_env(dict(os.environ), scratch=str(scratch), extra_pythonpath=pkg_root, on_cpu=cfg.on_cpu)
+        shared_cache = scratch / "triton_shared"
+        shared_cache.mkdir(exist_ok=True)
+        # KBENCH_SHARED_TRITON_CACHE=0 turns the judge-built shared layer off (benchmarks/sandbox_overhead.py).
+        share = os.environ.get("KBENCH_SHARED_TRITON_CACHE", "1") != "0"
+        plan = {"mode": "none" if cfg.sandbox == "none" else "kernel", "scratch": str(scratch),
+                "shared_cache": str(shared_cache) if share else "", "hide": [str(Path(p).resolve()) for p in hide]}
+        cmd = [sys.executable, "-m", "kbencheval.eval.forkserver", json.dumps(plan)]
+        self.protections = ["process-group", "timeout", "leftover-sweep", "env-allowlist",
+                            "memory-rlimit" if cfg.on_cpu else "memory-watchdog"]
+        device_type = "cpu" if cfg.on_cpu else "cuda"
+        profile = bwrap_profile(device_type) if cfg.sandbox in ("auto", "bwrap") else None
+        if cfg.sandbox == "bwrap" and profile is None:
+            raise HarnessError(f"sandbox=bwrap but bubblewrap is missing or cannot run {device_type} work here; "
+                               "install bubblewrap or set sandbox=auto")
+        self.missing: dict[str, str] = {}
+        if profile is not None:  # bubblewrap already gives a read-only root and a private /tmp
+            plan["under_bwrap"] = True
+            cmd = cmd[:-1] + [json.dumps(plan)]
+            cmd = bwrap_args(str(scratch), hide, **profile) + cmd
+            self.protections.append("bwrap")
+        elif cfg.sandbox == "auto":
+            self.missing["bwrap"] = ("bubblewrap is not installed" if not shutil.which("bwrap")
+                                     else f"bubblewrap cannot run {device_type} work on this machine")
+        self.stderr = open(scratch / "forkserver.log", "ab")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                                     env=env, start_new_session=True, text=True, bufsize=1)
+        self.lock = threading.Lock()
+        try:
+            ready = self._read(timeout=180)
+        except HarnessError:
+            ready = {}
+        if not ready.get("ready"):
+            self.close()
+            raise HarnessError(f"fork server failed to start: {tail(scratch / 'forkserver.log', 4)}")
+        self.protections += ready.get("layers", [])
+        self.missing.update(ready.get("missing", {}))
+        if cfg.sandbox == "none":
+            self.missing["kernel-sandbox"] = "sandbox=none"
+
+    def _read(self, timeout: float) -> dict:
+        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if r else ""
+        if not line:
+            raise HarnessError("fork server stopped answering")
+        return json.loads(line)
+
+    def call(self, **msg) -> dict:
+        with self.lock:
+            if self.proc.poll() is not None:
+                raise HarnessError("fork server exited")
+            self.proc.stdin.write(json.dumps(msg) + "\n")
+            self.proc.stdin.flush()
+            return self._read(timeout=60)
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        self.stderr.close()

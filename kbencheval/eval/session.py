@@ -1,0 +1,263 @@
+"""One candidate's evaluation as the harness drives it: ask the worker, relay to the judge, decide.
+
+Trusted code (runs in the harness process). The worker's messages are typed (protocol.py); anything
+but the answer to the current request is protocol abuse and the candidate is `rejected`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import threading
+import time
+from pathlib import Path
+
+from kbencheval.eval.protocol import (CandidateJob, Compare, Failure, Outputs, ProtocolError, Ready, RunPhase,
+                                      TimeReference, Trial)
+from kbencheval.eval.result import EvalResult, Status, TimingStats
+from kbencheval.eval.seeds import RunSeeds
+
+ROUND = 10  # timed iterations per round; rounds alternate between the judge and the worker
+WALL_FRACTION, WALL_SLACK_S = 0.25, 0.002  # generous: the bound catches forged figures, not noise
+FLOOR_FRACTION = 0.5  # a copy kernel is not the peak; half the floor is still physically impossible
+
+
+class _Verdict(Exception):
+    """Ends a session with this result (a failure the worker reported, a death, a wrong output)."""
+
+    def __init__(self, result: EvalResult):
+        super().__init__(result.error)
+        self.result = result
+
+
+class Session:
+    """One candidate's conversation: the harness asks, the worker answers, the judge decides.
+
+    Nothing the worker sends can make a verdict `correct` on its own: the verdict is `correct` only
+    when every phase the harness requested was answered with exactly the requested items and the
+    judge passed them all. Any other message is protocol abuse (`rejected`).
+    """
+
+    def __init__(self, ev, conn, pid: int, job: CandidateJob, checks: dict, tolerance: dict):
+        self.ev, self.conn, self.pid, self.job, self.checks, self.tolerance = ev, conn, pid, job, checks, tolerance
+        self.compiled = False
+        self.requested: list[Trial] = []
+        self.watchdog = None
+
+    def run(self, trials: list[Trial], seeds: RunSeeds) -> EvalResult:
+        cfg = self.ev.cfg
+        self.watchdog = _MemoryWatchdog(self.pid, cfg.memory_limit_gb) if not cfg.on_cpu else None
+        try:
+            self.expect(Ready)
+            self.compiled = True
+            self.judge(self.ask(RunPhase(phase="trials", trials=trials)))
+            if not self.job.timing.enabled:
+                return EvalResult(Status.CORRECT, compiled=True, correct=True, checks=self.checks)
+            if self.job.timing.mode == "trusted":
+                return self.trusted_timing(seeds)
+            # Four timed calls, unknown to the candidate until now, whose outputs are checked too.
+            spot = sorted(random.SystemRandom().sample(range(cfg.iters), min(4, cfg.iters)))
+            post = self.ask(RunPhase(phase="timing", trials=list(seeds.post_timing),
+                                     timing_trials=list(seeds.timing), spot_checks=spot))
+            self.judge(post, where="after timing")
+            spot_outputs = self.expect(Outputs, "timing_spot")
+            if len(spot_outputs.items) > len(spot) or any(i.trial not in seeds.timing for i in spot_outputs.items):
+                raise ProtocolError("spot-checked outputs for inputs that were not timed")
+            self.judge(spot_outputs, expected=[i.trial for i in spot_outputs.items], where="in a timed call")
+            return correct_result(spot_outputs.timing, self.checks)
+        except ProtocolError as e:
+            return EvalResult(Status.REJECTED, compiled=self.compiled, checks=self.checks,
+                              error=f"the worker broke the evaluation protocol: {e}")
+        except _Verdict as v:
+            return v.result
+        finally:
+            if self.watchdog:
+                self.watchdog.stop()
+
+    def trusted_timing(self, seeds: RunSeeds) -> EvalResult:
+        """Rounds of ROUND iterations, alternating the judge (reference) and the worker (candidate); fresh
+        seeds per iteration drawn now; after each round one of the candidate's timed outputs, picked now,
+        goes to the judge. The candidate's event figures must agree with the harness's wall clock."""
+        spec, cfg = self.job.timing, self.ev.cfg
+        rng = random.Random(seeds.timing[0].seed) if cfg.seed is not None else random.SystemRandom()
+        fresh = lambda n: [Trial(seed=rng.getrandbits(62)) for _ in range(n)]  # noqa: E731
+        setup = self.ask(RunPhase(phase="timing_setup", trials=[], timing_trials=list(seeds.timing[:1])))
+        ref_setup = self.judge_timing(TimeReference(spec=spec, trials=list(seeds.timing[:1]), setup=True))
+        times = {"ref_us": [], "new_us": []}
+        for r in range(-(-spec.iters // ROUND)):
+            trials = fresh(min(ROUND, spec.iters - r * ROUND))
+            order = ("ref", "new") if r % 2 == 0 else ("new", "ref")  # alternate to cancel drift
+            walls = {}
+            for name in order:
+                clock = time.monotonic()
+                if name == "ref":
+                    ref_us = self.judge_timing(TimeReference(spec=spec, trials=trials))["ref_us"]
+                else:
+                    new_us = self.ask(RunPhase(phase="time_round", trials=[], timing_trials=trials)).timing["new_us"]
+                walls[name] = time.monotonic() - clock
+            if len(new_us) != len(trials) or not all(isinstance(t, (int, float)) and t > 0 for t in new_us):
+                raise ProtocolError("timing figures that do not match the timed iterations")
+            self.check_wall_bound(new_us, ref_us, walls)
+            times["ref_us"] += ref_us
+            times["new_us"] += new_us
+            picked = rng.choice(trials)
+            self.judge(self.ask(RunPhase(phase="timed_outputs", trials=[picked])), where="in a timed iteration")
+        self.checks["timing_trust"] = (f"reference: {ref_setup['mechanism']} in the judge; candidate: "
+                                       f"{setup.timing['mechanism']} in its worker, bounded by the harness's clock")
+        result = correct_result(times, self.checks)
+        self.check_floor(result, ref_setup)
+        return result
+
+    def judge_timing(self, msg: TimeReference) -> dict:
+        reply = self.ev._judge_call(msg)
+        if not reply.get("ok"):
+            raise _Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=True, checks=self.checks,
+                                      error=f"the reference could not be timed: {reply.get('error')}"))
+        return reply
+
+    def check_wall_bound(self, new_us: list, ref_us: list, walls: dict) -> None:
+        """The same loop (fresh inputs, flush, sync) ran for both: the reference's wall time minus its
+        trusted event times is the loop's overhead, so the candidate's events must explain the rest."""
+        overhead_s = max(0.0, walls["ref"] - sum(ref_us) / 1e6)
+        unexplained_s = walls["new"] - overhead_s
+        claimed_s = sum(new_us) / 1e6
+        if claimed_s < WALL_FRACTION * unexplained_s - WALL_SLACK_S:
+            raise _Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=(
+                f"timing contradicted by the harness's clock: the candidate's events claim {claimed_s * 1e3:.3f} ms "
+                f"for a round that took {walls['new'] * 1e3:.3f} ms (the same loop around the reference: "
+                f"{overhead_s * 1e3:.3f} ms besides the reference's own time)")))
+
+    def check_floor(self, result: EvalResult, ref_setup: dict) -> None:
+        """No kernel moves its inputs and outputs faster than the device's measured bandwidth."""
+        bandwidth = ref_setup.get("bandwidth_gbs") or 0.0
+        if not bandwidth or result.runtime_us is None:
+            return
+        floor_us = ref_setup["io_bytes"] / (bandwidth * 1e9) * 1e6
+        self.checks["physical_floor_us"] = round(floor_us, 3)
+        if result.runtime_us < FLOOR_FRACTION * floor_us:
+            raise _Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=(
+                f"a median time of {result.runtime_us:.2f} µs is below the physical floor: {ref_setup['io_bytes']} "
+                f"bytes of inputs and outputs at the measured {bandwidth:.0f} GB/s take {floor_us:.2f} µs")))
+
+    def ask(self, request: RunPhase) -> Outputs:
+        self.requested = list(request.trials)
+        try:
+            self.conn.send(request)
+        except OSError:
+            raise _Verdict(self.died()) from None
+        return self.expect(Outputs, request.phase)
+
+    def expect(self, cls, phase: str = ""):
+        """The next message must be `cls` (for `phase`); a Failure ends the evaluation with its status."""
+        msg = self.conn.recv()
+        if self.watchdog and self.watchdog.tripped:
+            raise _Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=self.compiled, checks=self.checks,
+                                      error=f"the candidate exceeded the {self.ev.cfg.memory_limit_gb:g} GiB "
+                                            "host memory limit"))
+        if msg is None:
+            raise _Verdict(self.died())
+        if isinstance(msg, (Ready, Failure, Outputs)):
+            self.checks.update(msg.checks)
+        if isinstance(msg, Failure):  # the worker only ever reports failures; success is the judge's call
+            compiled = msg.status not in (Status.COMPILE_ERROR, Status.FORMAT_ERROR)
+            raise _Verdict(EvalResult(msg.status, compiled=compiled, error=msg.error, checks=self.checks))
+        if not isinstance(msg, cls) or (phase and msg.phase != phase):
+            got = msg.type + (f" for phase {msg.phase}" if isinstance(msg, Outputs) else "")
+            raise ProtocolError(f"expected {cls.__name__}{f' for phase {phase}' if phase else ''}, got {got}")
+        return msg
+
+    def judge(self, outputs: Outputs, expected: list[Trial] | None = None, where: str = "in a correctness trial"):
+        """The judge compares; it also refuses items other than exactly those requested."""
+        expected = self.requested if expected is None else expected
+        reply = self.ev._judge_call(Compare(job_dir=self.job.job_dir, phase=outputs.phase, tolerance=self.tolerance,
+                                            expected=expected, items=outputs.items))
+        if not reply.get("ok"):
+            raise _Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=True, checks=self.checks,
+                                      error=f"could not read the candidate's outputs: {reply.get('error')}"))
+        if reply.get("protocol_error"):
+            raise ProtocolError(reply["protocol_error"])
+        self.checks[f"correctness_{outputs.phase}"] = [{"trial": r["trial"], "ok": r["ok"], **r["stats"]}
+                                                       for r in reply["results"]]
+        if failed := next((r for r in reply["results"] if not r["ok"]), None):
+            raise _Verdict(EvalResult(Status.INCORRECT, compiled=True, checks=self.checks,
+                                      error=f"{failed['message']} ({where}, inputs {failed['trial']})"))
+
+    def died(self) -> EvalResult:
+        time.sleep(0.05)
+        status = self.ev._server.call(op="exit_status", pid=self.pid)
+        log_tail = tail(Path(self.job.job_dir) / "worker.log")
+        if status.get("signal"):
+            error = f"the candidate process died with {signal.Signals(status['signal']).name}"
+            if status["signal"] == signal.SIGKILL:
+                error += " (killed, e.g. by the memory limit)"
+        elif status.get("known"):
+            error = f"the candidate process exited with code {status['code']} before finishing"
+        else:
+            error = "the candidate process closed its channel before finishing"
+        if log_tail:
+            error += f": {log_tail}"
+        return EvalResult(Status.RUNTIME_ERROR, compiled=self.compiled, error=error[:600], checks=self.checks)
+
+
+def correct_result(timing: dict | None, checks: dict) -> EvalResult:
+    result = EvalResult(Status.CORRECT, compiled=True, correct=True, checks=checks)
+    if timing:
+        checks.setdefault("timing_trust", "eager: measured inside the candidate's process (untrusted)")
+        ref, new = TimingStats.of(timing["ref_us"]), TimingStats.of(timing["new_us"])
+        result.runtime_us, result.ref_runtime_us = new.median_us, ref.median_us
+        result.runtime_stats, result.ref_runtime_stats = new, ref
+        # Median of per-iteration ratios: each pair ran back to back, so clock and thermal drift
+        # cancel within the pair instead of adding to the spread of either median.
+        ratios = [r / n for r, n in zip(timing["ref_us"], timing["new_us"]) if n > 0]
+        result.speedup = round(statistics.median(ratios), 4) if ratios else None
+        checks["speedup_of_medians"] = round(ref.median_us / new.median_us, 4) if new.median_us > 0 else None
+        result.timing_meaningful = True
+    return result
+
+
+def kill_group(pid: int):
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            target()
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def wait_gone(pid: int, timeout: float = 3.0):
+    deadline = time.monotonic() + timeout
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def tail(path: Path, n: int = 3) -> str:
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])[-400:]
+
+
+class _MemoryWatchdog:
+    """Kills a GPU worker whose resident host memory passes the cap (RLIMIT_AS would break CUDA)."""
+
+    def __init__(self, pid: int, limit_gb: float):
+        self.pid, self.limit_kb, self.tripped = pid, limit_gb * 2**20, False
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while not self._stop.wait(0.2):
+            try:
+                with open(f"/proc/{self.pid}/status") as f:
+                    rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
+            except (OSError, StopIteration):
+                return
+            if rss > self.limit_kb:
+                self.tripped = True
+                kill_group(self.pid)
+                return
+
+    def stop(self):
+        self._stop.set()

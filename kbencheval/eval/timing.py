@@ -1,0 +1,171 @@
+"""Timing. `time_models`: eager (KernelBench-style) timing inside the candidate worker. `Timer`: the
+trusted mode's per-model timer (graph replay, fresh inputs every iteration), used by the judge for the
+reference and by the worker for the candidate; the harness bounds the candidate's figures from outside.
+
+`time_models` interleaves CUDA-event timing of reference and candidate on rotating fresh inputs, L2
+flushed, the device synchronised before every end event is read. Its numbers are measured next to
+the candidate, so they are only as trustworthy as the candidate is honest (docs/evaluator.md).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from kbencheval.eval.inputs import as_tensor_list, make_inputs, sync
+from kbencheval.eval.protocol import TimingSpec, Trial
+
+
+def capture_graphs(models: dict, static_in: list) -> dict:
+    graphs = {}
+    for name, model in models.items():
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s), torch.no_grad():
+            model(*static_in)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g), torch.no_grad():
+            model(*static_in)
+        graphs[name] = g
+    return graphs
+
+
+def time_models(ref_model, new_model, module, device, spec: TimingSpec, trials: list[Trial], spot: set[int]) -> dict:
+    """Returns per-call µs of both models and the candidate's outputs at the `spot` iterations."""
+    first = make_inputs(module, trials[0], device)
+    set_bytes = sum(x.numel() * x.element_size() for x in first if isinstance(x, torch.Tensor))
+    n_sets = max(2, min(len(trials), int(spec.input_budget_bytes // max(set_bytes, 1))))
+    trials = trials[:n_sets]
+    input_sets = [first] + [make_inputs(module, t, device) for t in trials[1:]]
+    flush = torch.empty(int(spec.l2_flush_bytes) // 4, dtype=torch.float32, device=device)
+    models = {"ref": ref_model, "new": new_model}
+    graphs = capture_graphs(models, input_sets[0]) if spec.mode == "cuda_graph" else {}
+
+    def call(name, inputs):
+        if name in graphs:
+            graphs[name].replay()
+            return None
+        return models[name](*inputs)
+
+    with torch.no_grad():
+        for i in range(spec.warmup):
+            for name in ("ref", "new"):
+                call(name, input_sets[i % len(input_sets)])
+        sync(device)
+        times = {"ref": [], "new": []}
+        spot_outputs = []
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for i in range(spec.iters):
+            order = ("ref", "new") if i % 2 == 0 else ("new", "ref")  # alternate to cancel drift
+            for name in order:
+                # Different sets for the two models in one iteration: memory the reference just wrote
+                # holds the answer to other inputs than the candidate's.
+                k = (i + (name == "new")) % len(input_sets)
+                flush.zero_()
+                torch.cuda.synchronize(device)
+                start.record()
+                out = call(name, input_sets[k])
+                end.record()
+                torch.cuda.synchronize(device)  # every stream, before reading the end event
+                times[name].append(start.elapsed_time(end) * 1000.0)
+                if name == "new" and i in spot and out is not None:  # checked by the judge afterwards
+                    spot_outputs.append((trials[k], [t.clone() for t in as_tensor_list(out)]))
+    return {"ref_us": times["ref"], "new_us": times["new"], "spot_outputs": spot_outputs}
+
+
+class Timer:
+    """Times one model with no Python of that model between the timing events (trusted mode).
+
+    The model is captured once into a CUDA graph on static inputs; every timed iteration first writes
+    fresh input values (a new seed, generated on the device) into those static inputs and flushes L2,
+    outside the events, then replays the graph. A model that cannot be captured (a host sync in
+    forward) is timed eagerly instead, and `mechanism` says so. On the CPU (protocol tests only) the
+    clock is perf_counter and the call is eager.
+    """
+
+    def __init__(self, model, module, device: torch.device, spec: TimingSpec, first: Trial, on_eager_call=None):
+        self.model, self.module, self.device, self.spec = model, module, device, spec
+        self.on_eager_call = on_eager_call  # the worker's stream/thread checks around an eager call
+        self.static_in = make_inputs(module, first, device)
+        self.flush = torch.empty(int(spec.l2_flush_bytes) // 4, dtype=torch.float32, device=device) \
+            if device.type == "cuda" else None
+        self.graph, self.static_out = None, None
+        self.mechanism = "eager (cpu: protocol test, numbers meaningless)"
+        if device.type == "cuda":
+            try:
+                self.graph, self.static_out = self._capture()
+                self.mechanism = "cuda_graph"
+            except Exception as e:  # noqa: BLE001 - any capture failure means: time it eagerly
+                torch.cuda.synchronize(device)
+                self.mechanism = f"eager (cannot capture: {type(e).__name__}: {str(e).splitlines()[0][:120]})"
+        with torch.no_grad():
+            for _ in range(spec.warmup):
+                self._call()
+        sync(device)
+
+    def _capture(self):
+        with torch.no_grad():
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                self.model(*self.static_in)
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = as_tensor_list(self.model(*self.static_in))
+        return graph, out
+
+    def _call(self) -> list:
+        if self.graph is not None:
+            self.graph.replay()
+            return self.static_out
+        if self.on_eager_call is not None:
+            return self.on_eager_call(lambda: as_tensor_list(self.model(*self.static_in)))
+        return as_tensor_list(self.model(*self.static_in))
+
+    def run(self, trials: list[Trial], keep: bool) -> tuple[list[float], list]:
+        """µs per iteration, one fresh input set each; with `keep`, a copy of each iteration's outputs."""
+        times, kept = [], []
+        cuda = self.device.type == "cuda"
+        with torch.no_grad():
+            for trial in trials:
+                fresh = make_inputs(self.module, trial, self.device)
+                for static, value in zip(self.static_in, fresh):
+                    if isinstance(static, torch.Tensor):
+                        static.copy_(value)
+                del fresh
+                if cuda:
+                    self.flush.zero_()
+                    torch.cuda.synchronize(self.device)
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    out = self._call()
+                    end.record()
+                    torch.cuda.synchronize(self.device)  # every stream, before reading the end event
+                    times.append(start.elapsed_time(end) * 1000.0)
+                else:
+                    clock = time.perf_counter()
+                    out = self._call()
+                    times.append((time.perf_counter() - clock) * 1e6)
+                if keep:
+                    kept.append([t.clone() for t in out])
+        return times, kept
+
+
+def measure_bandwidth_gbs(device: torch.device, nbytes: int = 256 << 20) -> float:
+    """Device-to-device copy bandwidth (read + write), best of five: the floor check's yardstick."""
+    if device.type != "cuda":
+        return 0.0
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        torch.cuda.synchronize(device)
+        best = min(best, start.elapsed_time(end) / 1000.0)
+    return 2 * nbytes / best / 1e9

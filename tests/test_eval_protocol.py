@@ -1,0 +1,150 @@
+"""The evaluator's trusted pieces in isolation: typed protocol, judge comparison by dtype, exact items,
+run-time seeds, and EvalConfig's validation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from kbencheval.eval.config import EvalConfig
+from kbencheval.eval.inputs import STRESS, make_inputs, stress_names
+from kbencheval.eval.judge import check_items, compare
+from kbencheval.eval.protocol import (Failure, OutputItem, Outputs, ProtocolError, Ready, RunPhase, Status, Trial, decode,
+                                      encode)
+from kbencheval.eval.seeds import STRESS_NAMES, RunSeeds
+
+
+def test_messages_round_trip_and_bad_ones_are_protocol_errors():
+    msg = Outputs(phase="trials", items=[OutputItem(trial=Trial(seed=3, stress="x10"), desc={"kind": "file"})])
+    assert decode(encode(msg)) == msg
+    request = RunPhase(phase="trials", trials=[Trial(seed=1), Trial(seed=2, stress="shift+3")])
+    assert decode(encode(request)) == request
+    assert decode(encode(Ready())) == Ready()
+    for line in (b"not json", b'{"type": "done"}', b'{"type": "outputs", "phase": "trials"}',
+                 encode(Failure(status=Status.CORRECT, error=""))):
+        with pytest.raises(ProtocolError):
+            decode(line)
+
+
+def test_integers_and_bools_are_compared_exactly():
+    ref = [torch.arange(100, dtype=torch.int64)]
+    assert compare(ref, [ref[0].clone()], {})[0]
+    off_by_one = ref[0].clone()
+    off_by_one[7] += 1
+    ok, message, _ = compare(ref, [off_by_one], {"atol": 10.0, "rtol": 1.0})  # tolerances do not apply
+    assert not ok and "exact" in message
+    assert not compare([torch.ones(4, dtype=torch.bool)], [torch.zeros(4, dtype=torch.bool)], {})[0]
+
+
+def test_nan_and_inf_must_sit_where_the_reference_has_them():
+    ref = torch.tensor([1.0, float("nan"), float("inf"), -float("inf")])
+    assert compare([ref], [ref.clone()], {})[0]
+    for bad in ([1.0, 0.0, float("inf"), -float("inf")],   # NaN replaced by a number
+                [1.0, float("nan"), -float("inf"), -float("inf")],  # wrong infinity
+                [float("nan"), float("nan"), float("inf"), -float("inf")]):  # NaN where finite
+        assert not compare([ref], [torch.tensor(bad)], {})[0], bad
+
+
+def test_stress_trials_scale_the_absolute_tolerance_with_the_output():
+    ref = torch.full((8,), 1e4)
+    got = ref + 0.5  # 5e-5 relative: inside rtol on its own; the scaled atol only helps near-zero elements
+    assert compare([ref], [got], {}, scale_atol=True)[0]
+    near_zero_ref = torch.tensor([1e4, 0.0])
+    assert compare([near_zero_ref], [torch.tensor([1e4, 0.3])], {}, scale_atol=True)[0]
+    assert not compare([near_zero_ref], [torch.tensor([1e4, 0.3])], {}, scale_atol=False)[0]
+
+
+def test_judge_demands_exactly_the_requested_trials():
+    asked = [Trial(seed=1), Trial(seed=2), Trial(seed=3, stress="x10")]
+    item = lambda t: OutputItem(trial=t, desc={})  # noqa: E731
+    assert check_items(asked, [item(t) for t in reversed(asked)]) == ""
+    assert check_items(asked, []) != ""  # the empty-list forgery
+    assert check_items(asked, [item(t) for t in asked[:2]]) != ""
+    assert check_items(asked, [item(t) for t in asked + asked[:1]]) != ""  # a trial twice
+    assert check_items(asked, [item(t) for t in asked[:2]] + [item(Trial(seed=3))]) != ""  # stress dropped
+
+
+def test_seeds_are_drawn_at_run_time_and_reproducible_on_request():
+    a, b = (RunSeeds.draw(trials=3, timing_sets=4) for _ in range(2))
+    assert a.trials != b.trials and a.model != b.model
+    c, d = (RunSeeds.draw(trials=3, timing_sets=4, seed=7) for _ in range(2))
+    assert c == d and c.record() == d.record()
+    assert len(c.trials) == 3 and len(c.timing) == 4 and [t.stress for t in c.stress] == list(STRESS_NAMES)
+    assert tuple(STRESS) == STRESS_NAMES
+
+
+def test_stress_inputs_transform_only_floating_tensors():
+    class Problem:
+        @staticmethod
+        def get_inputs():
+            return [torch.randn(64), torch.randint(0, 5, (64,)), 3]
+
+    base = make_inputs(Problem, Trial(seed=5), torch.device("cpu"))
+    scaled = make_inputs(Problem, Trial(seed=5, stress="x100"), torch.device("cpu"))
+    assert torch.allclose(scaled[0], base[0] * 100) and torch.equal(scaled[1], base[1]) and scaled[2] == 3
+    assert "shift-3" not in stress_names("positive") and stress_names("none") == []
+    with pytest.raises(ValueError, match="INPUT_DOMAIN"):
+        stress_names("negative")
+
+
+def test_eval_config_validate_names_the_fix_and_never_mutates():
+    cfg = EvalConfig(device="cuda")
+    snapshot = dataclasses.asdict(cfg)
+    cfg.validate()
+    assert dataclasses.asdict(cfg) == snapshot and cfg.device_index == "cuda:0"
+    for bad, key in ((dict(device="tpu"), "device"), (dict(trials=0), "trials"), (dict(iters=0), "iters"),
+                     (dict(timing_input_sets=1), "timing_input_sets"), (dict(timeout_s=0), "timeout_s")):
+        with pytest.raises(ValueError, match=key):
+            EvalConfig(**bad)
+    with pytest.raises(TypeError):
+        EvalConfig("cpu")  # keyword-only
+
+
+@pytest.mark.slow
+def test_evaluator_records_its_seeds_and_shares_batch_seeds():
+    from kbencheval.dataset import load_bundled
+    from kbencheval.eval.harness import Evaluator
+
+    relu = next(p for p in load_bundled(1) if p.problem_id == 1)
+    text = "```python\n" + relu.solution_source + "```"
+    with Evaluator(EvalConfig(device="cpu", trials=1, stress_trials=False)) as ev:
+        first, second = ev.evaluate(relu, text), ev.evaluate(relu, text)
+        assert first.correct and second.correct
+        assert first.checks["seeds"] != second.checks["seeds"]  # drawn per evaluation
+        batch = ev.new_batch_seeds()
+        shared = [ev.evaluate(relu, text, seeds=batch).checks["seeds"] for _ in range(2)]
+        assert shared[0] == shared[1] == batch.record()
+    with Evaluator(EvalConfig(device="cpu", trials=1, stress_trials=False, seed=11)) as ev:
+        assert ev.evaluate(relu, text).checks["seeds"] == RunSeeds.draw(trials=1, timing_sets=8, seed=11).record()
+
+
+def _bare_session():
+    from kbencheval.eval.session import Session
+
+    session = Session.__new__(Session)
+    session.checks = {}
+    return session
+
+
+def test_the_wall_clock_bounds_the_candidates_event_figures():
+    from kbencheval.eval.session import _Verdict
+
+    session = _bare_session()
+    # Reference: 10 x 1 ms of events in a 12 ms round (2 ms loop overhead).
+    ref_us, walls = [1000.0] * 10, {"ref": 0.012, "new": 0.052}
+    session.check_wall_bound([5000.0] * 10, ref_us, walls)  # honest: 50 ms of events in a 52 ms round
+    with pytest.raises(_Verdict, match="contradicted by the harness's clock") as caught:
+        session.check_wall_bound([10.0] * 10, ref_us, walls)  # claims 0.1 ms for the same round
+    assert caught.value.result.status == Status.REJECTED
+
+
+def test_a_time_below_the_physical_floor_is_rejected():
+    from kbencheval.eval.result import EvalResult
+    from kbencheval.eval.session import _Verdict
+
+    setup = {"bandwidth_gbs": 2000.0, "io_bytes": 2 * 10**9}  # 2 GB at 2 TB/s: 1000 µs
+    _bare_session().check_floor(EvalResult(Status.CORRECT, runtime_us=900.0), setup)
+    with pytest.raises(_Verdict, match="physical floor"):
+        _bare_session().check_floor(EvalResult(Status.CORRECT, runtime_us=100.0), setup)
