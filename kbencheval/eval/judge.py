@@ -159,7 +159,7 @@ class Judge:
             outputs = self.reference(msg.trials[0], cache=False)
             io_bytes = sum(t.numel() * t.element_size() for t in inputs + outputs if isinstance(t, torch.Tensor))
             return {**reply, "mechanism": self.timer.mechanism, "bandwidth_gbs": self.bandwidth_gbs, "io_bytes": io_bytes}
-        times, _ = self.timer.run(msg.trials, keep=False)
+        times, _ = self.timer.run(msg.trials)  # copies kept and dropped: the same loop as the worker's
         return {**reply, "ref_us": times}
 
     def reference(self, trial: Trial, cache: bool = True) -> list:

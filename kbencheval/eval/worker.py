@@ -176,7 +176,7 @@ class CandidateWorker:
     def time_round(self, request: RunPhase) -> bool:
         clock = time.perf_counter()
         try:
-            times, kept = self.timer.run(request.timing_trials, keep=True)
+            times, kept = self.timer.run(request.timing_trials)
         except BaseException as e:
             return self.fail(Status.RUNTIME_ERROR, "during timing: " + short_error(e, self.job.candidate_file))
         self.checks["phases_s"]["timed_loop_s"] = self.checks["phases_s"].get("timed_loop_s", 0.0) + \
