@@ -99,6 +99,7 @@ class Timer:
                 self.mechanism = "cuda_graph"
             except Exception as e:  # noqa: BLE001 - any capture failure means: time it eagerly
                 torch.cuda.synchronize(device)
+                end_rng_capture_state(device)
                 self.mechanism = f"eager (cannot capture: {type(e).__name__}: {str(e).splitlines()[0][:120]})"
         with torch.no_grad():
             for _ in range(spec.warmup):
@@ -155,6 +156,16 @@ class Timer:
                     times.append((time.perf_counter() - clock) * 1e6)
                 kept.append([t.clone() for t in out])
         return times, kept
+
+
+def end_rng_capture_state(device: torch.device) -> None:
+    """After a capture that failed midway, torch's CUDA generator still believes it is capturing (the
+    capture's epilogue never ran), and every later random op raises "Offset increment outside graph
+    capture" (seen on the H100 for a forward with a host sync). A trivial capture that succeeds runs
+    the epilogue; `make_inputs` reseeds before every use, so the generator's values are unaffected."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        torch.empty(1, device=device).zero_()
 
 
 def measure_bandwidth_gbs(device: torch.device, nbytes: int = 256 << 20) -> float:
