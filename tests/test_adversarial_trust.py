@@ -264,3 +264,4 @@ def test_attack_then_honest_control(evaluators, name, static):
     assert not result.correct
     honest = ev.evaluate(problem, "```python\n" + HONEST[problem.key] + "\n```")
     assert honest.status == Status.CORRECT, (problem.key, honest.error)
+    assert len(honest.checks["correctness_timed_outputs"]) == 2  # iters=20: one judged output per round

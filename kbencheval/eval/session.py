@@ -178,8 +178,9 @@ class Session:
                                       error=f"could not read the candidate's outputs: {reply.get('error')}"))
         if reply.get("protocol_error"):
             raise ProtocolError(reply["protocol_error"])
-        self.checks[f"correctness_{outputs.phase}"] = [{"trial": r["trial"], "ok": r["ok"], **r["stats"]}
-                                                       for r in reply["results"]]
+        # Appended, not replaced: timed outputs are judged once per round, and every round is on record.
+        self.checks.setdefault(f"correctness_{outputs.phase}", []).extend(
+            {"trial": r["trial"], "ok": r["ok"], **r["stats"]} for r in reply["results"])
         if failed := next((r for r in reply["results"] if not r["ok"]), None):
             raise _Verdict(EvalResult(Status.INCORRECT, compiled=True, checks=self.checks,
                                       error=f"{failed['message']} ({where}, inputs {failed['trial']})"))
