@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The evaluator's GPU checks in one call, each step bounded so a slow one cannot starve the rest:
+# the sandbox's layers and every attack of tests/test_sandbox.py (static checks off), trusted timing
+# on the first N bundled solutions, and tests/test_gpu_harness.py (trust attacks, timing modes).
+#   bash benchmarks/evaluator_gpu_check.sh OUT_DIR [N]
+set -u
+out=${1:?usage: bash benchmarks/evaluator_gpu_check.sh OUT_DIR [N]}
+n=${2:-8}
+py=${PYTHON:-python3}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+step() {  # name seconds command...
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  echo "== $name: exit $? after $((SECONDS - t0)) s"
+}
+step sandbox 150 "$py" benchmarks/sandbox_h100_check.py --out "$out/sandbox_h100_check.json"
+step harness 100 "$py" benchmarks/eval_harness.py --device cuda --limit "$n" --passes 1 \
+  --out "$out/eval_harness_trusted.json"
+step gpu_tests 150 "$py" -m pytest -q -p no:cacheprovider tests/test_gpu_harness.py
+for f in sandbox harness gpu_tests; do echo "---- $f"; tail -n 25 "$out/$f.log"; done
