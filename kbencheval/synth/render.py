@@ -1,0 +1,208 @@
+"""A `Spec` (tree + tail + shapes + dtype) rendered as a KernelBench problem and as Triton solutions.
+
+Solution variants (the speed reward has something to prefer):
+  elementwise: fused_b1024, fused_b256, fused_b4096 (one kernel, three block sizes) and unfused (two
+               kernels, the root's largest subtree stored to an fp32 temp and read back)
+  with a tail: fused_w4, fused_w8 (one program per row, expression and tail fused; num_warps 4/8) and
+               unfused (an elementwise kernel writes the expression, a row kernel applies the tail)
+The kernels compute in fp32 and cast once on store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kbencheval.synth.grammar import Node, split_subtree, to_torch, to_triton
+
+_TORCH_DTYPE = {"float32": "torch.float32", "float16": "torch.float16", "bfloat16": "torch.bfloat16"}
+# Half-precision references round after every op while the kernels round once; deep trees need room.
+_TOLERANCE = {"float16": {"atol": 2e-2, "rtol": 2e-2}, "bfloat16": {"atol": 6e-2, "rtol": 6e-2}}
+_TAIL_TORCH = {
+    "none": "y",
+    "rowsum": "torch.sum(y, dim=1)",
+    "rowmax": "torch.amax(y, dim=1)",
+    "rowmean": "torch.mean(y, dim=1)",
+    "softmax": "torch.softmax(y, dim=1)",
+    "layernorm": "F.layer_norm(y, (y.shape[1],))",
+    "rmsnorm": "y * torch.rsqrt(torch.mean(y * y, dim=1, keepdim=True) + 1e-6)",
+}
+_TAIL_DOC = {"none": "", "rowsum": ", then a sum over each row", "rowmax": ", then the max of each row",
+             "rowmean": ", then the mean of each row", "softmax": ", then a softmax over each row",
+             "layernorm": ", then layer norm over each row (no affine)", "rmsnorm": ", then RMS norm over each row"}
+_REDUCING = ("rowsum", "rowmax", "rowmean")
+_HEADER = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    tree: Node
+    tail: str
+    num_inputs: int
+    dtype: str
+    batch: int
+    dim: int
+    small_batch: int
+    small_dim: int
+
+
+def _names(n: int) -> list[str]:
+    return [f"x{i}" for i in range(n)]
+
+
+def problem_source(spec: Spec) -> str:
+    names = _names(spec.num_inputs)
+    expr = to_torch(spec.tree, names)
+    dtype = _TORCH_DTYPE[spec.dtype]
+    tolerance = f"TOLERANCE = {_TOLERANCE[spec.dtype]!r}\n" if spec.dtype in _TOLERANCE else ""
+    return f'''"""Synthetic: an elementwise expression of {spec.num_inputs} {spec.dtype} input(s){_TAIL_DOC[spec.tail]}."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+batch_size = {spec.batch}
+dim = {spec.dim}
+
+SMALL_SIZES = {{"batch_size": {spec.small_batch}, "dim": {spec.small_dim}}}
+{tolerance}
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, {", ".join(names)}):
+        y = {expr}
+        return {_TAIL_TORCH[spec.tail]}
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim, dtype={dtype}) for _ in range({spec.num_inputs})]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _indent(lines: list[str], n: int = 4) -> str:
+    return "\n".join(" " * n + line for line in lines)
+
+
+def _elementwise_kernel(name: str, tree: Node, inputs: list[int]) -> str:
+    """A flat kernel over n_elements: load the inputs it uses, compute the tree, store."""
+    names = [f"x{i}" for i in range(4)]
+    body = [f"{names[i]} = tl.load({names[i]}_ptr + offsets, mask=mask).to(tl.float32)" for i in inputs]
+    result = to_triton(tree, names, body, [0])
+    ptrs = ", ".join(f"{names[i]}_ptr" for i in inputs)
+    return f'''@triton.jit
+def {name}({ptrs}, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n_elements
+{_indent(body)}
+    tl.store(out_ptr + offsets, {result}.to(out_ptr.dtype.element_ty), mask=mask)
+'''
+
+
+def _tail_lines(tail: str, v: str) -> list[str]:
+    """Triton statements applying the tail to row values `v` (masked lanes hold garbage), storing to out."""
+    store_row = "tl.store(out_ptr + row * n_cols + cols, y.to(out_ptr.dtype.element_ty), mask=mask)"
+    store_one = "tl.store(out_ptr + row, y.to(out_ptr.dtype.element_ty))"
+    if tail == "rowsum":
+        return [f"y = tl.sum(tl.where(mask, {v}, 0.0), axis=0)", store_one]
+    if tail == "rowmean":
+        return [f"y = tl.sum(tl.where(mask, {v}, 0.0), axis=0) / n_cols", store_one]
+    if tail == "rowmax":
+        return [f"y = tl.max(tl.where(mask, {v}, -float(\"inf\")), axis=0)", store_one]
+    if tail == "softmax":
+        return [f"z = tl.where(mask, {v}, -float(\"inf\"))", "e = tl.exp(z - tl.max(z, axis=0))",
+                "y = e / tl.sum(e, axis=0)", store_row]
+    if tail == "layernorm":
+        return [f"mean = tl.sum(tl.where(mask, {v}, 0.0), axis=0) / n_cols",
+                f"d = tl.where(mask, {v} - mean, 0.0)", "var = tl.sum(d * d, axis=0) / n_cols",
+                "y = d * tl.rsqrt(var + 1e-5)", store_row]
+    if tail == "rmsnorm":
+        return [f"z = tl.where(mask, {v}, 0.0)", "ms = tl.sum(z * z, axis=0) / n_cols",
+                f"y = {v} * tl.rsqrt(ms + 1e-6)", store_row]
+    raise ValueError(f"unknown tail '{tail}'")
+
+
+def _row_kernel(name: str, tree: Node, inputs: list[int], tail: str) -> str:
+    """One program per row: load the row of each input, compute the tree, apply the tail."""
+    names = [f"x{i}" for i in range(4)]
+    body = [f"{names[i]} = tl.load({names[i]}_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)"
+            for i in inputs]
+    result = to_triton(tree, names, body, [0])
+    body += _tail_lines(tail, result)
+    ptrs = ", ".join(f"{names[i]}_ptr" for i in inputs)
+    return f'''@triton.jit
+def {name}({ptrs}, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+{_indent(body)}
+'''
+
+
+def _model_new(num_inputs: int, body: list[str]) -> str:
+    names = _names(num_inputs)
+    contiguous = f"{', '.join(names)} = {', '.join(n + '.contiguous()' for n in names)}"
+    return f'''class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, {", ".join(names)}):
+        {contiguous}
+{_indent(body, 8)}
+'''
+
+
+def _args(inputs: list[int]) -> str:
+    return ", ".join(f"x{i}" for i in inputs)
+
+
+def _elementwise_variants(spec: Spec) -> dict[str, str]:
+    inputs = sorted(spec.tree.inputs_used())
+    kernel = _elementwise_kernel("fused_kernel", spec.tree, inputs)
+    out = {}
+    for block in (1024, 256, 4096):  # the first is canonical
+        body = ["out = torch.empty_like(x0)", "n = x0.numel()",
+                f"fused_kernel[(triton.cdiv(n, {block}),)]({_args(inputs)}, out, n, BLOCK={block})", "return out"]
+        out[f"fused_b{block}"] = f"{_HEADER}\n\n{kernel}\n\n{_model_new(spec.num_inputs, body)}"
+    parts = split_subtree(spec.tree)
+    if parts:
+        first, rest = parts
+        first_in, rest_in = sorted(first.inputs_used()), sorted(rest.inputs_used())
+        kernels = _elementwise_kernel("first_kernel", first, first_in) + "\n\n" + \
+            _elementwise_kernel("second_kernel", rest, rest_in)
+        body = ["n = x0.numel()", "grid = (triton.cdiv(n, 1024),)",
+                "x3 = torch.empty_like(x0, dtype=torch.float32)",
+                f"first_kernel[grid]({_args(first_in)}, x3, n, BLOCK=1024)",
+                "out = torch.empty_like(x0)",
+                f"second_kernel[grid]({_args(rest_in)}, out, n, BLOCK=1024)", "return out"]
+        out["unfused"] = f"{_HEADER}\n\n{kernels}\n\n{_model_new(spec.num_inputs, body)}"
+    return out
+
+
+def _row_variants(spec: Spec) -> dict[str, str]:
+    inputs = sorted(spec.tree.inputs_used())
+    alloc = ("out = torch.empty((n_rows,), dtype=x0.dtype, device=x0.device)" if spec.tail in _REDUCING
+             else "out = torch.empty_like(x0)")
+    head = ["n_rows, n_cols = x0.shape", "block = triton.next_power_of_2(n_cols)", alloc]
+    kernel = _row_kernel("fused_row_kernel", spec.tree, inputs, spec.tail)
+    out = {}
+    for warps in (4, 8):
+        body = head + [f"fused_row_kernel[(n_rows,)]({_args(inputs)}, out, n_cols, BLOCK=block, num_warps={warps})",
+                       "return out"]
+        out[f"fused_w{warps}"] = f"{_HEADER}\n\n{kernel}\n\n{_model_new(spec.num_inputs, body)}"
+    kernels = _elementwise_kernel("expr_kernel", spec.tree, inputs) + "\n\n" + \
+        _row_kernel("tail_kernel", Node("input", index=3), [3], spec.tail)
+    body = head + ["x3 = torch.empty_like(x0, dtype=torch.float32)", "n = x0.numel()",
+                   f"expr_kernel[(triton.cdiv(n, 1024),)]({_args(inputs)}, x3, n, BLOCK=1024)",
+                   "tail_kernel[(n_rows,)](x3, out, n_cols, BLOCK=block, num_warps=4)", "return out"]
+    out["unfused"] = f"{_HEADER}\n\n{kernels}\n\n{_model_new(spec.num_inputs, body)}"
+    return out
+
+
+def solution_variants(spec: Spec) -> dict[str, str]:
+    """Variant name -> complete solution source. The first entry is the canonical solution."""
+    return _elementwise_variants(spec) if spec.tail == "none" else _row_variants(spec)

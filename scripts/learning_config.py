@@ -1,0 +1,114 @@
+"""python scripts/learning_config.py configs/learn_synth_cpu.yaml RUN_DIR [key=value ...]
+
+Used by scripts/run_learning.sh: splits one learning-run YAML into the files each stage reads
+(RUN_DIR/config/sft.yaml for `smart sft`, RUN_DIR/config/rl.yaml for `smart rl`), validating both
+with their own config classes so a bad key fails here, before any stage runs, and prints the other
+stages' settings as shell assignments (LEARN_*) for the launcher to `eval`.
+
+Top-level keys: seed, model {vocab_size, hidden, layers}, synth {kbench synth flags}, eval {...},
+sft {SFTConfig}, rl {RLConfig}. Overrides are dotted: sft.num_steps=10, eval.num_samples=4.
+
+example: python scripts/learning_config.py configs/learn_synth_cpu.yaml runs/learn_cpu seed=1
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kbencheval.config import ConfigError  # noqa: E402
+
+SECTIONS = {"seed": int, "model": dict, "synth": dict, "eval": dict, "sft": dict, "rl": dict}
+EVAL_KEYS = {"num_problems", "num_samples", "temperature", "top_p", "max_tokens", "device", "num_gpus",
+             "cpu_workers", "trials", "batch_size"}
+MODEL_KEYS = {"vocab_size", "hidden", "layers"}
+
+
+def _set(tree: dict, dotted: str, raw: str) -> None:
+    *parents, leaf = dotted.split(".")
+    for p in parents:
+        tree = tree.setdefault(p, {})
+    tree[leaf] = yaml.safe_load(raw)
+
+
+def load(path: str, overrides: list[str]) -> dict:
+    cfg = yaml.safe_load(Path(path).read_text()) or {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"override {item!r} is not key=value (e.g. sft.num_steps=10)")
+        _set(cfg, key, value)
+    unknown = set(cfg) - set(SECTIONS)
+    if unknown:
+        raise ConfigError(f"unknown top-level keys {sorted(unknown)} in {path}; use {', '.join(SECTIONS)}")
+    for section, keys in (("eval", EVAL_KEYS), ("model", MODEL_KEYS)):
+        bad = set(cfg.get(section, {})) - keys
+        if bad:
+            raise ConfigError(f"unknown {section} keys {sorted(bad)} in {path}; known: {', '.join(sorted(keys))}")
+    return cfg
+
+
+def stage_configs(cfg: dict, run: Path) -> tuple[dict, dict]:
+    """The SFT and RL configs with the run's paths filled in (the pipeline owns these keys)."""
+    seed = int(cfg.get("seed", 0))
+    sft = dict(cfg.get("sft", {}))
+    sft |= {"model_path": str(run / "base"), "out_dir": str(run / "sft"), "seed": seed,
+            "data": {**sft.get("data", {}), "sft_jsonl": str(run / "synth" / "sft_train.jsonl")}}
+    rl = dict(cfg.get("rl", {}))
+    rl |= {"model_path": str(run / "sft" / "hf"), "out_dir": str(run / "rl"), "seed": seed,
+           "data": {**rl.get("data", {}), "source": "local", "path": str(run / "synth" / "train"), "levels": [1],
+                    "heldout_fraction": 0.0}}
+    return sft, rl
+
+
+def _flag(key: str, value) -> str:
+    """A `kbench synth` flag: true -> --key, false -> nothing, lists -> comma lists."""
+    name = f"--{key.replace('_', '-')}"
+    if isinstance(value, bool):
+        return name if value else ""
+    if isinstance(value, list):
+        value = ",".join(map(str, value))
+    return f"{name} {shlex.quote(str(value))}"
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    if len(argv) < 2:
+        print(f"usage: {__doc__.splitlines()[0]}", file=sys.stderr)
+        return 2
+    from smart.config import RLConfig, SFTConfig, from_dict
+
+    try:
+        cfg = load(argv[0], argv[2:])
+        run = Path(argv[1])
+        sft, rl = stage_configs(cfg, run)
+        from_dict(SFTConfig, sft, "sft")  # validate now: a typo fails before an hour of GPU time
+        from_dict(RLConfig, rl, "rl")
+    except ConfigError as e:
+        print(f"learning_config: {e}", file=sys.stderr)
+        return 2
+    (run / "config").mkdir(parents=True, exist_ok=True)
+    (run / "config" / "sft.yaml").write_text(yaml.safe_dump(sft, sort_keys=False))
+    (run / "config" / "rl.yaml").write_text(yaml.safe_dump(rl, sort_keys=False))
+    (run / "config" / "learning.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    flat = {"SEED": cfg.get("seed", 0)}
+    flat |= {f"MODEL_{k.upper()}": v for k, v in cfg.get("model", {}).items()}
+    flat |= {f"EVAL_{k.upper()}": v for k, v in cfg.get("eval", {}).items()}
+    flat["SYNTH_ARGS"] = " ".join(_flag(k, v) for k, v in cfg.get("synth", {}).items())
+    flat["PROMPT_STYLE"] = rl.get("rollout", {}).get("prompt_style", "one_shot")
+    for key, value in flat.items():
+        print(f"LEARN_{key}={shlex.quote(str(value))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

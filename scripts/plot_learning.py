@@ -1,0 +1,155 @@
+"""python scripts/plot_learning.py RUN_DIR [--out docs/results/learning]
+
+Renders a learning run's curves as PNGs from its TensorBoard events (RUN/sft/tb, RUN/rl/tb) and its
+held-out reports (RUN/evals/heldout_{sft,rl}.json, written by `kbench report --json`):
+  sft_loss.png      SFT loss per step
+  rl_reward.png     GRPO mean reward per step
+  rl_rates.png      rollout correct rate and fast_1 rate per step (training problems)
+  rl_kl.png         KL to the reference (when the run logged one) and the engine/trainer logprob gap
+  tokens_per_s.png  generation and training tokens/s per phase
+  heldout.png       held-out pass@1 correctness and fast_1 before and after RL, 95% Wilson intervals
+and summary.json with the held-out numbers and the stage seconds. Missing inputs are reported, not fatal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+
+def scalars(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar tag of the TensorBoard events under tb_dir -> [(step, value)], step-sorted."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    if not tb_dir.is_dir():
+        return {}
+    acc = EventAccumulator(str(tb_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: sorted((e.step, e.value) for e in acc.Scalars(tag)) for tag in acc.Tags()["scalars"]}
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a binomial rate (well behaved at 0 and 1, unlike the normal one)."""
+    if n == 0:
+        return (0.0, 0.0)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def heldout_numbers(report: dict) -> dict:
+    """Sample-level correct and fast_1 rates (with intervals) from a `kbench report --json` document.
+    Samples of one problem are not independent, so the intervals are optimistic; pass@k is per problem."""
+    totals = report["summary"]["all"]
+    n = int(totals["n_samples"])
+    correct = int(totals["status_counts"].get("correct", 0))
+    out = {"samples": n, "problems": totals["n_problems"], "correct": correct,
+           "correct_rate": correct / n if n else 0.0, "correct_ci95": wilson(correct, n),
+           "status_counts": totals["status_counts"], "pass_at_k": totals.get("pass_at_k", {}),
+           "geomean_speedup": totals.get("geomean_speedup")}
+    fast = (totals.get("fast_p") or {}).get("1")
+    if isinstance(fast, (int, float)) and totals.get("n_correct_timed"):  # untimed (CPU) runs have no fast_1
+        out |= {"fast_1": fast, "fast_1_ci95": wilson(int(round(fast * n)), n)}
+    return out
+
+
+def line_plot(path: Path, title: str, series: dict[str, list[tuple[int, float]]], ylabel: str) -> bool:
+    import matplotlib.pyplot as plt
+
+    series = {k: v for k, v in series.items() if v}
+    if not series:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for label, points in series.items():
+        ax.plot([s for s, _ in points], [v for _, v in points], marker="o" if len(points) < 30 else None,
+                markersize=3, label=label)
+    ax.set(title=title, xlabel="step", ylabel=ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def heldout_plot(path: Path, numbers: dict[str, dict]) -> bool:
+    import matplotlib.pyplot as plt
+
+    if not numbers:
+        return False
+    metrics = [("correct_rate", "correct_ci95", "pass@1 correct"), ("fast_1", "fast_1_ci95", "fast_1")]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    width = 0.8 / len(numbers)
+    for i, (phase, nums) in enumerate(numbers.items()):
+        xs, ys, errs = [], [], [[], []]
+        for j, (key, ci, _) in enumerate(metrics):
+            if key in nums:
+                xs.append(j + i * width)
+                ys.append(nums[key])
+                errs[0].append(nums[key] - nums[ci][0])
+                errs[1].append(nums[ci][1] - nums[key])
+        ax.bar(xs, ys, width, yerr=errs, capsize=4, label=f"{phase} (n={nums['samples']})")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(metrics))], [m[2] for m in metrics])
+    ax.set(title="held-out problems (95% Wilson intervals)", ylabel="rate", ylim=(0, 1))
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def pick(tags: dict, *names: str) -> list[tuple[int, float]]:
+    return next((tags[n] for n in names if n in tags), [])
+
+
+def main(argv: list[str] | None = None) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ap = argparse.ArgumentParser(description="render a learning run's curves and held-out bars as PNGs",
+                                 epilog="example: python scripts/plot_learning.py runs/learn_cpu --out docs/results/learning")
+    ap.add_argument("run", help="run folder written by scripts/run_learning.sh")
+    ap.add_argument("--out", default="", help="folder for the PNGs and summary.json (default RUN/plots)")
+    args = ap.parse_args(argv)
+    run = Path(args.run)
+    if not run.is_dir():
+        ap.error(f"{run} is not a folder; pass the RUN_DIR given to scripts/run_learning.sh")
+    out = Path(args.out or run / "plots")
+    out.mkdir(parents=True, exist_ok=True)
+    sft, rl = scalars(run / "sft" / "tb"), scalars(run / "rl" / "tb")
+    kl_tags = {t: v for t, v in rl.items() if "kl" in t.lower()}
+    written, missing = [], []
+    plots = {
+        "sft_loss.png": ("SFT loss", {"train/loss": pick(sft, "train/loss")}, "loss"),
+        "rl_reward.png": ("GRPO reward (training problems)", {"reward/mean": pick(rl, "reward/mean")}, "reward"),
+        "rl_rates.png": ("GRPO rollouts (training problems)", {"correct": pick(rl, "eval/correct_rate"),
+                                                                "fast_1": pick(rl, "eval/fast_1_rate")}, "rate"),
+        "rl_kl.png": ("KL and logprob gap", {**kl_tags, "engine-trainer |dlogp|":
+                                             pick(rl, "train/rollout_logprob_abs_diff")}, "nats"),
+        "tokens_per_s.png": ("throughput per phase", {
+            "RL generate": pick(rl, "perf/generate_tokens_per_s"), "RL train": pick(rl, "train/tokens_per_s"),
+            "SFT train": pick(sft, "train/tokens_per_s")}, "tokens/s"),
+    }
+    for name, (title, series, ylabel) in plots.items():
+        (written if line_plot(out / name, title, series, ylabel) else missing).append(name)
+    numbers = {}
+    for phase in ("sft", "rl"):
+        report = run / "evals" / f"heldout_{phase}.json"
+        if report.is_file():
+            numbers[f"after {phase.upper()}"] = heldout_numbers(json.loads(report.read_text()))
+    (written if heldout_plot(out / "heldout.png", numbers) else missing).append("heldout.png")
+    stages = run / "stage_seconds.txt"
+    seconds = dict(line.split() for line in stages.read_text().splitlines() if line.strip()) if stages.is_file() else {}
+    summary = {"heldout": numbers, "stage_seconds": {k: int(v) for k, v in seconds.items()},
+               "plots": written, "missing": missing}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"wrote {len(written)} plots to {out}" + (f"; no data for {', '.join(missing)}" if missing else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

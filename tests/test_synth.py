@@ -1,0 +1,131 @@
+"""kbench synth: determinism, the operator-pair split, the folder layout, static checks and verification."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kbencheval.config import ConfigError
+from kbencheval.dataset import load_local
+from kbencheval.extract import static_check
+from kbencheval.synth import SynthConfig, generate, static_filter, verify, write
+from kbencheval.synth.build import heldout_pair_set
+from kbencheval.synth.grammar import operator_pairs
+from tests.support import ENV
+
+
+def test_generation_is_deterministic_in_the_seed():
+    a = generate(SynthConfig(n=40, seed=3))
+    b = generate(SynthConfig(n=40, seed=3))
+    c = generate(SynthConfig(n=40, seed=4))
+    assert [(p.key, p.source, p.variants) for p in a] == [(p.key, p.source, p.variants) for p in b]
+    assert [p.source for p in a] != [p.source for p in c]
+
+
+def test_heldout_problems_and_only_they_contain_a_heldout_pair():
+    cfg = SynthConfig(n=300, seed=0, heldout_fraction=0.25)
+    problems = generate(cfg)
+    held = heldout_pair_set(cfg)
+    train = [p for p in problems if p.split == "train"]
+    heldout = [p for p in problems if p.split == "heldout"]
+    assert len(heldout) == 75 and len(train) == 225
+    for p in problems:  # recomputed from the tree, not read from the stored field
+        hit = operator_pairs(p.spec.tree, p.spec.tail) & held
+        assert bool(hit) == (p.split == "heldout"), p.key
+    train_pairs = set().union(*(set(p.pairs) for p in train))
+    assert not train_pairs & held  # whole pairs are held out, not instances
+    assert len({p.key for p in problems}) == len(problems)  # keys unique across splits
+    assert len({(p.spec.tree.canonical(), p.spec.tail) for p in problems}) == len(problems)
+
+
+def test_every_variant_passes_the_static_check_and_variants_differ():
+    problems = generate(SynthConfig(n=200, seed=1))
+    kept, dropped = static_filter(problems)
+    assert not dropped and len(kept) == 200
+    for p in kept:
+        assert len(p.variants) >= 3, p.key  # block sizes / warps and the two-kernel variant
+        for code in p.variants.values():
+            assert static_check(code, "triton").ok
+        assert "unfused" in p.variants and p.variants["unfused"].count("@triton.jit") == 2
+    assert {p.spec.tail for p in kept} >= {"none", "softmax", "rowsum", "layernorm"}
+    assert {p.spec.dtype for p in kept} == {"float32", "float16", "bfloat16"}
+    assert {p.spec.num_inputs for p in kept} == {1, 2, 3}
+
+
+def test_written_folders_load_as_kernelbench_and_sft_rows_are_chats(tmp_path):
+    cfg = SynthConfig(n=12, seed=2)
+    problems, _ = static_filter(generate(cfg))
+    manifest = write(problems, tmp_path, cfg, {})
+    train = load_local(tmp_path / "train", 1, with_solutions=True)
+    heldout = load_local(tmp_path / "heldout", 1, with_solutions=True)
+    assert len(train) + len(heldout) == 12 and heldout
+    assert {p.key for p in train} == {m["key"] for m in manifest["problems"] if m["split"] == "train"}
+    for p in train + heldout:
+        assert p.small_sizes and set(p.small_sizes) == {"batch_size", "dim"}
+        assert p.solution_source and "class ModelNew" in p.solution_source
+    rows = [json.loads(line) for line in (tmp_path / "sft_train.jsonl").read_text().splitlines()]
+    assert len(rows) == len(train)
+    assert {r["problem"] for r in rows} == {p.key for p in train}  # no held-out problem leaks into SFT
+    for row in rows:
+        roles = [m["role"] for m in row["messages"]]
+        assert roles == ["system", "user", "assistant"]
+        assert row["messages"][2]["content"].startswith("```python\n")
+
+
+def test_sft_rows_turn_into_masked_samples(tmp_path, tiny_model):
+    from transformers import AutoTokenizer
+
+    from smart.config import DataConfig
+    from smart.rollout.data import conversation_to_sample, load_sft_conversations
+
+    cfg = SynthConfig(n=4, seed=5)
+    write(static_filter(generate(cfg))[0], tmp_path, cfg, {})
+    convs = load_sft_conversations(DataConfig(sft_jsonl=str(tmp_path / "sft_train.jsonl")), "triton", "zero_shot")
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    sample = conversation_to_sample(tok, convs[0])
+    assert sum(sample.loss_mask) > 50 and len(sample.prompt_token_ids) > 50
+
+
+def test_verify_keeps_correct_variants_and_drops_a_broken_one():
+    problems, _ = static_filter(generate(SynthConfig(n=2, seed=7, heldout_fraction=0.5)))
+    target = problems[0]
+    broken = next(v for v in target.variants if v != next(iter(target.variants)))
+    # A wrong answer that still compiles: every stored value is off by one.
+    target.variants[broken] = target.variants[broken].replace(".to(out_ptr.dtype.element_ty)",
+                                                              ".to(out_ptr.dtype.element_ty) + 1")
+    n_before = sum(len(p.variants) for p in problems)
+    kept, dropped = verify(problems, device="cpu", workers=2, trials=1)
+    assert len(kept) == 2
+    assert broken not in kept[0].variants and sum(len(p.variants) for p in kept) == n_before - 1
+    assert sum(dropped.values()) == 1 and next(iter(dropped)).startswith("incorrect")
+
+
+def test_bad_config_is_one_clear_error():
+    with pytest.raises(ConfigError, match="dtypes"):
+        SynthConfig(dtypes=["float64"])
+    with pytest.raises(ConfigError, match="heldout_fraction"):
+        SynthConfig(heldout_fraction=0.0)
+
+
+def test_cli_help_and_refuses_to_overwrite(tmp_path):
+    run = lambda *a: subprocess.run([sys.executable, "-m", "kbencheval.cli", "synth", *a],  # noqa: E731
+                                    capture_output=True, text=True, env=ENV)
+    assert run("--help").returncode == 0
+    first = run("--out", str(tmp_path), "--n", "20")
+    assert first.returncode == 0, first.stderr
+    assert "problems/min" in first.stdout and "kept 16 train + 4 held-out" in first.stdout
+    again = run("--out", str(tmp_path), "--n", "20")
+    assert again.returncode == 2 and "already holds a synth run" in again.stderr
+
+
+@pytest.mark.gpu
+def test_verify_on_the_gpu_keeps_every_variant_and_times_them():
+    problems = generate(SynthConfig(n=10, seed=11))
+    n_variants = sum(len(p.variants) for p in problems)
+    kept, dropped = verify(problems, device="cuda", workers=1, trials=2, timing=True)
+    assert not dropped, dropped
+    assert sum(len(p.variants) for p in kept) == n_variants
+    assert all(set(p.speedups) == set(p.variants) for p in kept)
