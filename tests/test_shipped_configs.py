@@ -1,0 +1,34 @@
+"""Every YAML in configs/ loads with the config class that reads it: a stale key fails here in
+seconds, not in the slow tier or on a GPU (a moved `reward.timeout_s` once failed CI after 10 min)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kbencheval.config import load_config
+from smart.config import RLConfig, SFTConfig
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
+
+
+def test_every_config_is_covered():
+    assert CONFIGS and all(p.name.split("_")[0] in {"rl", "sft", "learn"} for p in CONFIGS)
+
+
+@pytest.mark.parametrize("path", [p for p in CONFIGS if p.name.startswith(("rl_", "sft_"))], ids=lambda p: p.name)
+def test_run_config_loads(path):
+    cls = RLConfig if path.name.startswith("rl_") else SFTConfig
+    load_config(cls, path, [])
+
+
+@pytest.mark.parametrize("path", [p for p in CONFIGS if p.name.startswith("learn_")], ids=lambda p: p.name)
+def test_learning_config_splits_and_validates(path, tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "learning_config.py"), str(path), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "config" / "rl.yaml").is_file() and "LEARN_SEED=" in proc.stdout
