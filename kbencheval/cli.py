@@ -4,6 +4,8 @@
     kbench run-one dataset_src=bundled level=1 problem_id=1 server_type=openai ...
     kbench generate / eval / report RUN
     kbench serve --model PATH
+    kbench corpus verify|filter key=value ...      kbench rag build key=value ...
+    kbench synth --out DIR --n N [--verify]
 
 Each subcommand lives next to the code it drives; this file only dispatches, so `kbench --help`
 stays fast (no torch import).
@@ -22,6 +24,9 @@ SUBCOMMANDS = {
     "eval": ("kbencheval.bench.evaluate", "evaluate a run's generations (resumable, all GPUs)"),
     "report": ("kbencheval.bench.report", "fast_p, pass@k and speedup tables (+ HTML) for a run"),
     "serve": ("kbencheval.llm.serve", "serve a local HF model over OpenAI and SGLang routes"),
+    "corpus": ("kbencheval.corpus.cli", "verify and filter SFT corpora (KernelBook, Sakana) into a dataset"),
+    "rag": ("kbencheval.rag.cli", "build a retrieval index of a corpus for RA-ICL prompts"),
+    "synth": ("kbencheval.synth.cli", "generate synthetic problems with verified Triton solutions"),
 }
 
 

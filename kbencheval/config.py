@@ -14,7 +14,7 @@ import difflib
 import types
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import pydra
 import yaml
@@ -98,14 +98,33 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
+def section_chosen_by(key: str, classes: Callable[[str], type], default: str) -> Any:
+    """A config section whose dataclass depends on another key's value (e.g. `train:` by `backend:`).
+
+        train: Any = section_chosen_by("backend", backend_config_class, "torch")
+
+    `classes(name)` is called only when a config is built, so the owning module imports nothing heavy.
+    """
+    return dataclasses.field(default=None, metadata={"chosen_by": (key, classes, default)})
+
+
 def from_dict(cls: type[T], data: dict, where: str = "config") -> T:
     """Build a (nested) config dataclass from a mapping; unknown keys are errors."""
     types_by_name = _field_types(cls)
+    chosen = {f.name: f.metadata["chosen_by"] for f in dataclasses.fields(cls) if "chosen_by" in f.metadata}
     kwargs = {}
-    for key, value in (data or {}).items():
+    data = data or {}
+    for key, value in sorted(data.items(), key=lambda kv: kv[0] in chosen):  # choosers before chosen
         if key not in types_by_name:
             raise _unknown_key(key, cls, where)
-        kwargs[key] = _coerce(value, types_by_name[key], f"{where}.{key}" if where != "config" else key)
+        tp = types_by_name[key]
+        if key in chosen:
+            chooser, classes, default = chosen[key]
+            tp = classes(kwargs.get(chooser, default))
+        kwargs[key] = _coerce(value, tp, f"{where}.{key}" if where != "config" else key)
+    for key, (chooser, classes, default) in chosen.items():
+        if key not in kwargs:
+            kwargs[key] = classes(kwargs.get(chooser, default))()
     cfg = cls(**kwargs)
     _validate(cfg)
     return cfg
@@ -173,3 +192,63 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides=()) -> T
             raise ConfigError(f"config file {path} must hold a mapping of keys to values")
     cfg = from_dict(cls, data, where=str(path) if path else "config")
     return apply_overrides(cfg, list(overrides))
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type) and not typing.get_args(tp):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """The docstring written under each field (the convention of every config dataclass here)."""
+    import ast
+    import inspect
+    import textwrap
+
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for stmt, nxt in zip(body, body[1:]):
+            if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and isinstance(nxt, ast.Expr)
+                    and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+                docs[stmt.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def config_help(cls: type, usage: str, example: str, aliases: dict[str, str] | None = None, prefix: str = "") -> str:
+    """`--help` text for a key=value command: every key (nested ones dotted) with its type, default and doc."""
+    lines = [f"usage: {usage}", "", "keys (key=value; nested sections take dotted keys):"] if not prefix else []
+    defaults = cls() if not prefix else None
+    docs = _field_docs(cls)
+    for f in dataclasses.fields(cls):
+        value = getattr(defaults, f.name) if defaults is not None else _default_of(f)
+        if dataclasses.is_dataclass(value):
+            lines.append(f"  {prefix}{f.name}.*  ({type(value).__name__}){'  ' + docs[f.name] if f.name in docs else ''}")
+            lines += config_help(type(value), usage, example, prefix=f"{prefix}{f.name}.").splitlines()
+            continue
+        tp = _type_name(_field_types(cls)[f.name])
+        doc = f"  {docs[f.name]}" if f.name in docs else ""
+        lines.append(f"  {prefix}{f.name}: {tp} = {value!r}{doc}")
+    if prefix:
+        return "\n".join(lines)
+    if aliases:
+        lines += ["", "aliases (KernelBench names):"] + [f"  {a} -> {k}" for a, k in aliases.items()]
+    lines += ["", "example:", f"  {example}"]
+    return "\n".join(lines)
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def wants_help(argv: list[str] | tuple[str, ...]) -> bool:
+    return any(a in ("-h", "--help", "help=true", "help=True") for a in argv)

@@ -1,12 +1,14 @@
 """KernelBench-format problems and their loaders: bundled suite, local folder, Hugging Face dataset.
 
 A problem module defines `Model(nn.Module)`, module-level size constants, `get_inputs()` and
-`get_init_inputs()`. TritonForge reads three optional module-level literals on top of that
+`get_init_inputs()`. TritonForge reads four optional module-level literals on top of that
 (plain KernelBench files simply lack them):
 
     SMALL_SIZES = {"batch_size": 2, "dim": 64}   # constants for a seconds-long interpreter run
     TOLERANCE = {"atol": 1e-3, "rtol": 1e-3}      # overrides the per-dtype default
     ALLOWED_TORCH_OPS = ["aten.convolution"]      # torch ops a candidate's forward may call
+    INPUT_DOMAIN = "positive"                      # inputs the problem is defined on: any (default),
+                                                   # positive, or none (no stress trials); see eval/inputs.py
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Problem:
     small_sizes: dict = dataclasses.field(default_factory=dict)
     tolerance: dict = dataclasses.field(default_factory=dict)
     allowed_torch_ops: list = dataclasses.field(default_factory=list)
+    input_domain: str = "any"  # which stress trials (scaled/shifted inputs) the evaluator may run
     solution_source: str | None = None  # reference Triton solution, bundled suite only
 
     @property
@@ -66,11 +69,14 @@ def parse_problem(source: str, *, level: int = 0, problem_id: int = 0, name: str
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             target = node.targets[0].id
-            if target in ("SMALL_SIZES", "TOLERANCE", "ALLOWED_TORCH_OPS"):
+            if target in ("SMALL_SIZES", "TOLERANCE", "ALLOWED_TORCH_OPS", "INPUT_DOMAIN"):
                 try:
                     literals[target] = ast.literal_eval(node.value)
                 except ValueError:
                     raise ProblemError(f"problem {where}: {target} must be a literal") from None
+    domain = literals.get("INPUT_DOMAIN", "any")
+    if domain not in ("any", "positive", "none"):
+        raise ProblemError(f"problem {where}: INPUT_DOMAIN is {domain!r}; use 'any', 'positive' or 'none'")
     return Problem(
         level=level,
         problem_id=problem_id,
@@ -80,6 +86,7 @@ def parse_problem(source: str, *, level: int = 0, problem_id: int = 0, name: str
         small_sizes=literals.get("SMALL_SIZES", {}),
         tolerance=literals.get("TOLERANCE", {}),
         allowed_torch_ops=list(literals.get("ALLOWED_TORCH_OPS", [])),
+        input_domain=domain,
     )
 
 

@@ -4,7 +4,9 @@
     messages = build_prompt(problem.source, backend="triton", style="one_shot")
     messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": feedback_message(result)}]
 
-Styles: zero_shot (instructions only), one_shot (one worked example), few_shot (two examples).
+Styles: zero_shot (instructions only), one_shot (one worked example), few_shot (two examples),
+raicl (retrieval-augmented: the examples are the corpus's nearest solved problems, see
+`prompt_builder` and kbencheval/rag/).
 Backends: triton (@triton.jit kernels) and cuda (torch.utils.cpp_extension.load_inline). The
 examples are deliberately small: the tiny test model has a short context, and real models need
 the format more than the tutorial. The Triton examples are run under the interpreter in
@@ -13,12 +15,13 @@ tests/test_prompts.py, so they stay correct.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from kbencheval.extract import strip_thinking  # noqa: F401  (re-exported: prompts own the LLM text format)
 
 BACKENDS = ("triton", "cuda")
-STYLES = ("zero_shot", "one_shot", "few_shot")
+STYLES = ("zero_shot", "one_shot", "few_shot")  # built-in examples
+RAICL = "raicl"  # retrieved examples (prompt_builder)
 
 _SYSTEM = ("You are an expert GPU kernel engineer. You rewrite PyTorch models as custom {kernel} kernels "
            "that compute the same result, faster.")
@@ -176,14 +179,24 @@ def _fence(code: str) -> str:
 
 
 def build_prompt(problem_source: str, *, backend: str = "triton", style: str = "one_shot",
-                 precision: str | None = None, gpu_notes: str | None = None) -> list[dict]:
-    """System + user messages asking for `ModelNew` (same interface as `Model`) in one python block."""
+                 precision: str | None = None, gpu_notes: str | None = None,
+                 examples: list[tuple[str, str]] | None = None) -> list[dict]:
+    """System + user messages asking for `ModelNew` (same interface as `Model`) in one python block.
+
+    style=raicl shows `examples` ((PyTorch program, kernel code) pairs, retrieved for this problem)
+    in place of the built-in ones; `prompt_builder` retrieves them.
+    """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend '{backend}'; choose one of {', '.join(BACKENDS)}")
-    if style not in STYLES:
-        raise ValueError(f"unknown prompt style '{style}'; choose one of {', '.join(STYLES)}")
+    if style not in STYLES + (RAICL,):
+        raise ValueError(f"unknown prompt style '{style}'; choose one of {', '.join(STYLES + (RAICL,))}")
+    if (examples is not None) != (style == RAICL):
+        raise ValueError("pass examples= exactly when style='raicl' (use prompt_builder to retrieve them)")
     kernel = _KERNEL_NAME[backend]
-    n_examples = {"zero_shot": 0, "one_shot": 1, "few_shot": 2}[style]
+    if style == RAICL:
+        shown = list(examples)
+    else:
+        shown = EXAMPLES[backend][: {"zero_shot": 0, "one_shot": 1, "few_shot": 2}[style]]
     parts = [
         f"Rewrite the PyTorch program below as `class ModelNew(nn.Module)` that uses custom {kernel} kernels. "
         f"{_RULES[backend]} ModelNew must take the same __init__ and forward arguments as Model and return the "
@@ -194,12 +207,38 @@ def build_prompt(problem_source: str, *, backend: str = "triton", style: str = "
         parts.append(f"Inputs are {precision}; results must match the reference within that precision's tolerance.")
     if gpu_notes:
         parts.append(f"Target hardware: {gpu_notes}")
-    for i, (ref, answer) in enumerate(EXAMPLES[backend][:n_examples], 1):
+    for i, (ref, answer) in enumerate(shown, 1):
         parts.append(f"Example {i}. PyTorch program:\n{_fence(ref)}\nAnswer:\n{_fence(answer)}")
     parts.append(f"Your PyTorch program:\n{_fence(problem_source)}")
     parts.append("Reply with the complete code (imports, kernels and ModelNew) in one ```python block.")
     return [{"role": "system", "content": _SYSTEM.format(kernel=kernel)},
             {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def prompt_builder(*, backend: str = "triton", style: str = "one_shot", precision: str | None = None,
+                   gpu_notes: str | None = None, raicl_index: str = "", raicl_k: int = 2,
+                   raicl_model: str = "") -> Callable[[str], list[dict]]:
+    """problem source -> messages, with the retrieval index opened once (style=raicl) for every problem.
+
+    For raicl, the examples are the `raicl_k` nearest corpus problems of the same backend that are not
+    the problem itself nor overlap it (kbencheval.rag.index.Retriever); `raicl_model`, if set, must
+    be the embedding model the index was built with. A problem with no clean neighbour gets no example.
+    """
+    if style != RAICL:
+        return lambda source: build_prompt(source, backend=backend, style=style, precision=precision,
+                                           gpu_notes=gpu_notes)
+    if not raicl_index:
+        raise ValueError("prompt_style=raicl needs raicl_index=FOLDER: an index built by `kbench rag build`")
+    from kbencheval.rag.index import Retriever  # heavy (faiss, sentence-transformers): only raicl needs it
+
+    retriever = Retriever.load(raicl_index, model=raicl_model)
+
+    def build(source: str) -> list[dict]:
+        found = retriever.search(source, raicl_k, backend=backend)
+        return build_prompt(source, backend=backend, style=RAICL, precision=precision, gpu_notes=gpu_notes,
+                            examples=[(e.problem_source, e.answer) for e in found])
+
+    return build
 
 
 _NEXT_STEP = {

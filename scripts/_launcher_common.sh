@@ -1,4 +1,9 @@
 # Sourced by run_sft.sh and run_rl.sh: interpreter choice, environment, and on-demand base models.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then  # run directly (e.g. with --help): say what it is
+  echo "scripts/_launcher_common.sh is sourced by run_sft.sh and run_rl.sh (PYTHON=interpreter, default .venv/bin/python);"
+  echo "example: bash scripts/run_rl.sh --help"
+  exit 0
+fi
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=${PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}

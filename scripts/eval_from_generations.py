@@ -11,7 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from kbencheval.bench import evaluate
 from kbencheval.bench.common import translate_kernelbench_args
 
-ALIASES = {"num_gpu_devices": "num_gpus", "timeout": "timeout_s", "num_perf_trials": "trials"}
+ALIASES = {"num_gpu_devices": "num_gpus", "timeout": "eval.timeout_s", "num_correct_trials": "eval.trials",
+           "num_perf_trials": "eval.iters", "measure_performance": "eval.timing"}
 _NOT_NEEDED = "not needed: the run's manifest records it"
 IGNORED = {
     "dataset_src": _NOT_NEEDED,
@@ -22,8 +23,6 @@ IGNORED = {
     "gpu_arch": "Triton compiles for the local GPU",
     "build_cache": "Triton caches its own compilations",
     "num_cpu_workers": "no separate precompile step",
-    "num_correct_trials": "the harness sets its own correctness trials",
-    "measure_performance": "correct kernels on a GPU are always timed against the reference",
 }
 
 if __name__ == "__main__":

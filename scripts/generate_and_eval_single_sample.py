@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from kbencheval.bench import run_one
 from kbencheval.bench.common import translate_kernelbench_args
 
-ALIASES = {"dataset_name": "dataset_path", "prompt_option": "prompt_style", "timeout": "timeout_s"}
+ALIASES = {"dataset_name": "dataset_path", "prompt_option": "prompt_style", "timeout": "eval.timeout_s"}
 IGNORED = {
     "eval_mode": "evaluation is always local, in a sandboxed worker",
     "gpu_arch": "Triton compiles for the local GPU",

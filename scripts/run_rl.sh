@@ -3,6 +3,7 @@
 # GRPO through `smart rl`. The shipped configs start from the SFT run's export (runs/sft_*/hf); when
 # that is missing the launcher says so and starts from the matching base model, building it if needed.
 source "$(dirname "$0")/_launcher_common.sh"
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && exec "$PY" -m smart.cli rl --help  # every key, default and type
 [[ $# -ge 1 ]] || { echo "usage: bash scripts/run_rl.sh CONFIG.yaml [key=value ...]" >&2; exit 2; }
 EXTRA=()
 MODEL=$(sed -n 's/^model_path: *//p' "$1")

@@ -3,6 +3,16 @@
 # Creates .venv, installs torch first (a plain `torch` requirement would pull GBs of CUDA wheels),
 # then the package with pinned versions. On a GPU image, set TF_SYSTEM_TORCH=1 to keep its torch.
 set -euo pipefail
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+  cat <<'USAGE'
+usage: bash scripts/setup.sh            creates .venv with torch, triton and this package (pinned by constraints.txt)
+environment:
+  TF_SYSTEM_TORCH: flag = unset   set (to anything) to keep the image's CUDA/ROCm torch (--system-site-packages)
+example:
+  TF_SYSTEM_TORCH=1 bash scripts/setup.sh
+USAGE
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 python3 -m venv ${TF_SYSTEM_TORCH:+--system-site-packages} .venv
 pip=".venv/bin/python -m pip"
@@ -10,10 +20,13 @@ $pip install -q --upgrade pip
 if [ -z "${TF_SYSTEM_TORCH:-}" ]; then
   $pip install -q "torch==$(sed -n 's/^torch==//p' constraints.txt)"
 fi
-$pip install -q -c constraints.txt -e ".[dev]"
-# bubblewrap adds a no-network, read-only-filesystem sandbox around candidates; optional.
+# data: faiss-cpu + sentence-transformers for RA-ICL (their torch requirement is met by the torch above);
+# megatron: megatron-core + mbridge (no Transformer Engine), so the CPU conversion tests run in CI.
+$pip install -q -c constraints.txt -e ".[dev,data,megatron]"
+# The candidate sandbox is built from kernel features (kbencheval/eval/sandbox, no package needed);
+# bubblewrap, where installed, adds an outer read-only-filesystem, no-network layer around it.
 if ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1)) \
-    || echo "note: bubblewrap not installed; candidates run without the filesystem/network sandbox"
+    || echo "note: bubblewrap not installed; the kernel sandbox runs without the bubblewrap layer"
 fi
 .venv/bin/python -c "import torch, triton, kbencheval, smart; print('tritonforge ready: torch', torch.__version__, 'triton', triton.__version__)"

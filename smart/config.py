@@ -13,9 +13,10 @@ import dataclasses
 import importlib
 from typing import Any, Callable, Literal
 
-from kbencheval.config import ConfigError, from_dict, load_config  # noqa: F401  (re-exported)
-from smart.backends.torch import TrainConfig
-from smart.backends.torch.config import missing_local_model
+from kbencheval.config import ConfigError, from_dict, load_config, section_chosen_by  # noqa: F401  (re-exported)
+from kbencheval.eval.harness import EvalConfig
+from kbencheval.llm.base import resolve_model_path
+from smart.backends import BACKENDS, backend_config_class
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -65,7 +66,8 @@ class DataConfig:
     """Restrict to these problem keys (e.g. L1_1_ReLU); empty keeps all."""
     split_seed: int = 0
     sft_jsonl: str = ""
-    """SFT only: JSONL of {"messages": [...]} conversations; "" uses the problems' reference solutions."""
+    """SFT only: JSONL of {"messages": [...]} conversations, or a `kbench corpus filter` folder (its
+    train.jsonl); "" uses the problems' reference solutions."""
 
     def validate(self) -> None:
         if not 0 <= self.heldout_fraction < 1:
@@ -79,11 +81,19 @@ class RolloutConfig:
     n_samples_per_prompt: int = 4
     """Group size G."""
     temperature: float = 1.0
+    """The trainer scores tokens at the same temperature (train.grpo.temperature follows it)."""
     top_p: float = 1.0
+    """< 1 only for rollout_only runs: training on top-p samples would be off-policy (refused)."""
     max_new_tokens: int = 256
     backend: str = "triton"
     """Kernel language asked for in the prompt and checked by the evaluator."""
     prompt_style: str = "one_shot"
+    """zero_shot | one_shot | few_shot | raicl (examples retrieved from raicl_index)."""
+    raicl_index: str = ""
+    """prompt_style=raicl: index folder from `kbench rag build`."""
+    raicl_k: int = 2
+    raicl_model: str = ""
+    """prompt_style=raicl: embedding model the index must have been built with; "" = the index's own."""
     max_turns: int = 1
     """1 = single-turn. >1 = Kevin-style: the evaluator's feedback becomes the next user turn."""
     gamma: float = 0.4
@@ -96,7 +106,17 @@ class RolloutConfig:
     Signature: generate_fn(ctx: RolloutContext, samples: list[Sample]) -> list[Sample]."""
     filter_fn: str = "smart.rollout.filters:keep_varied_rewards"
     """Group filter, filter_fn(group: list[Sample]) -> bool (keep); "" keeps every group."""
-    seed: int = 0
+    refill_max_rounds: int = 0
+    """Extra rollout rounds per step that replace groups filter_fn dropped, each drawing as many new
+    prompts as groups are missing (SLIME's over-sampling); 0 = a step trains on what survived."""
+    group_by: Literal["trajectory", "turn"] = "trajectory"
+    """Multi-turn GRPO groups: all turns of a prompt's trajectories together, or one group per turn index."""
+    overlong: Literal["none", "mask", "penalty"] = "none"
+    """Truncated replies (hit max_new_tokens): trained as they are, masked out of the loss, or DAPO's
+    soft length penalty (arXiv 2503.14476) added to the turn reward."""
+    overlong_buffer: int = 0
+    """penalty: replies longer than max_new_tokens - overlong_buffer lose up to overlong_penalty, linearly."""
+    overlong_penalty: float = 1.0
     engine: Literal["embedded", "sglang"] = "embedded"
     """embedded: transformers engines as Ray actors (weights via the object store). sglang: running
     SGLang servers, one per engine (weights via a save_pretrained folder under out_dir)."""
@@ -112,10 +132,17 @@ class RolloutConfig:
             raise ConfigError("rollout.sglang_timeout_s must be > 0")
         if self.max_turns < 1:
             raise ConfigError("rollout.max_turns must be >= 1 (1 = single-turn)")
+        if self.prompt_style == "raicl" and not self.raicl_index:
+            raise ConfigError("rollout.prompt_style=raicl needs rollout.raicl_index=FOLDER (built by `kbench rag build`)")
         if not 0 <= self.gamma <= 1:
             raise ConfigError(f"rollout.gamma must be in [0, 1], got {self.gamma}")
         if self.prompts_per_step < 1 or self.n_samples_per_prompt < 1:
             raise ConfigError("rollout.prompts_per_step and rollout.n_samples_per_prompt must be >= 1")
+        if self.refill_max_rounds < 0:
+            raise ConfigError("rollout.refill_max_rounds must be >= 0 (0 = no refill)")
+        if self.overlong == "penalty" and not 0 < self.overlong_buffer <= self.max_new_tokens:
+            raise ConfigError(f"rollout.overlong=penalty needs 0 < rollout.overlong_buffer <= max_new_tokens "
+                              f"({self.max_new_tokens}), got {self.overlong_buffer}")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -123,7 +150,7 @@ class RewardConfig:
     preset: Literal["tritonforge", "kevin", "staged"] = "tritonforge"
     reward_fn: str = ""
     """Dotted path overriding the preset: reward_fn(cfg: RewardConfig, samples: list[Sample]) -> list[float].
-    Each sample carries its EvalResult dict in `eval_result`."""
+    Each sample carries its EvalResult in `eval_result`."""
     rejected_reward: float = -1.0
     """A candidate that broke the rules; must stay below every preset's lowest reward (0)."""
     speedup_cap: float = 2.0
@@ -135,18 +162,21 @@ class RewardConfig:
     num_workers: int = 1
     """Eval workers (Ray actors). One per GPU, or a few interpreter workers on CPU."""
     num_gpus_per_worker: int = 0
-    timeout_s: float = 180.0
-    """Per candidate, on top of the evaluator's own limits; a candidate past it scores as a timeout."""
-    eval: dict[str, Any] = dataclasses.field(default_factory=lambda: {"device": "cpu"})
-    """Fields of kbencheval's EvalConfig (unknown keys are errors when the pool starts)."""
+    deadline_margin_s: float = 60.0
+    """One deadline rule: the per-candidate limit is the evaluator's own, reward.eval.timeout_s, so a
+    slow candidate gets its clean `timeout` verdict; the pool replaces a worker only when it has not
+    answered after eval.timeout_s + deadline_margin_s (a hang the evaluator could not cut, a crash)."""
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    """kbencheval's EvalConfig, the same section `kbench run-one` / `kbench eval` take as eval.*:
+    reward.eval.device=cuda reward.eval.trials=2 reward.eval.timeout_s=300 reward.eval.timing_mode=cuda_graph ..."""
 
     def validate(self) -> None:
         if self.rejected_reward >= 0:
             raise ConfigError(f"reward.rejected_reward must be < 0 so rejected stays lowest, got {self.rejected_reward}")
         if self.num_gpus_per_worker not in (0, 1):
             raise ConfigError("reward.num_gpus_per_worker must be 0 (interpreter on CPU) or 1 (one GPU per eval worker)")
-        if self.num_workers < 1 or self.timeout_s <= 0:
-            raise ConfigError("reward.num_workers must be >= 1 and reward.timeout_s > 0")
+        if self.num_workers < 1 or self.deadline_margin_s < 0:
+            raise ConfigError("reward.num_workers must be >= 1 and reward.deadline_margin_s >= 0")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -169,18 +199,29 @@ class RLConfig:
     """Steps between held-out evals (0 = never)."""
     save_every: int = 1
     """Steps between checkpoints (0 = only at the end)."""
+    keep_last_n: int = 2
+    """Checkpoints kept in out_dir/checkpoints; older ones are deleted after each save (0 = keep all)."""
     resume: bool = True
     """Continue from the newest checkpoint in out_dir/checkpoints if there is one."""
     export_hf: bool = True
     """Write the final policy as a HF folder to out_dir/hf."""
     seed: int = 0
+    """Seeds the driver's RNGs, the order problems are drawn in and the engines' sampling seeds."""
+    backend: str = "torch"
+    """Training backend (smart.backends.BACKENDS); it decides what the `train:` section holds."""
     cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
     reward: RewardConfig = dataclasses.field(default_factory=RewardConfig)
-    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    train: Any = section_chosen_by("backend", backend_config_class, "torch")
+    """The backend's own knobs (lr, loss terms, micro-batching): smart.backends.torch.config.TrainConfig."""
+
+    def __post_init__(self) -> None:
+        if self.train is None:
+            self.train = backend_config_class(self.backend)()
 
     def validate(self) -> None:
+        _check_backend(self.backend, self.train)
         if self.mode != "train_only" and not self.model_path:
             raise ConfigError("model_path is empty: set model_path=/path/to/hf_folder (e.g. the SFT run's out_dir/hf)")
         if self.mode == "train_only" and not self.replay_dir:
@@ -189,6 +230,10 @@ class RLConfig:
         if self.rollout.engine == "sglang" and len(urls) != engines:
             raise ConfigError(f"rollout.sglang_urls has {len(urls)} URLs for cluster.rollout_num_engines={engines}: "
                               "give one server URL per engine")
+        if self.keep_last_n < 0:
+            raise ConfigError("keep_last_n must be >= 0 (0 keeps every checkpoint)")
+        if self.mode != "rollout_only":
+            _check_on_policy_sampling(self.rollout, self.train)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -203,18 +248,50 @@ class SFTConfig:
     backend: str = "triton"
     prompt_style: str = "one_shot"
     save_every: int = 0
+    keep_last_n: int = 2
+    """Checkpoints kept in out_dir/checkpoints (0 = keep all)."""
     resume: bool = True
     export_hf: bool = True
     seed: int = 0
+    """Seeds the batch order (a resumed run sees the batches a fresh one would)."""
+    backend: str = "torch"
+    """Training backend (smart.backends.BACKENDS); it decides what the `train:` section holds."""
     cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
     data: DataConfig = dataclasses.field(default_factory=lambda: DataConfig(heldout_fraction=0.0))
-    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    train: Any = section_chosen_by("backend", backend_config_class, "torch")
+    """The backend's own knobs: smart.backends.torch.config.TrainConfig."""
+
+    def __post_init__(self) -> None:
+        if self.train is None:
+            self.train = backend_config_class(self.backend)()
 
     def validate(self) -> None:
+        _check_backend(self.backend, self.train)
         if not self.model_path:
             raise ConfigError("model_path is empty: set model_path=/path/to/hf_folder")
         if self.batch_size < 1:
             raise ConfigError("batch_size must be >= 1")
+
+
+def _check_on_policy_sampling(rollout: RolloutConfig, train: Any) -> None:
+    """The trainer's ratio assumes tokens came from softmax(z / T); top-p and greedy break that."""
+    if rollout.top_p < 1:
+        raise ConfigError(f"rollout.top_p={rollout.top_p} samples from a truncated distribution that the trainer does "
+                          "not score (off-policy gradients); set rollout.top_p=1.0 for training (top_p < 1 is fine "
+                          "with mode=rollout_only)")
+    if rollout.temperature <= 0:
+        raise ConfigError("rollout.temperature must be > 0 for training (greedy samples have no usable logprobs)")
+    grpo = getattr(train, "grpo", None)
+    if grpo is not None and grpo.temperature not in (1.0, rollout.temperature):
+        raise ConfigError(f"train.grpo.temperature={grpo.temperature} differs from rollout.temperature="
+                          f"{rollout.temperature}; leave train.grpo.temperature unset, smart rl copies it from rollout")
+
+
+def _check_backend(backend: str, train: Any) -> None:
+    expected = backend_config_class(backend)  # an unknown backend is a ConfigError naming the choices
+    if type(train) is not expected:  # exact: MegatronTrainConfig subclasses the torch TrainConfig
+        raise ConfigError(f"the train: section is a {type(train).__name__} but backend={backend} reads a "
+                          f"{expected.__name__}; put backend: in the YAML file, so train: is read for it (choices: {', '.join(BACKENDS)})")
 
 
 def load_plugin(path: str, what: str) -> Callable:
@@ -236,7 +313,4 @@ def load_plugin(path: str, what: str) -> Callable:
 
 def check_model_path(path: str) -> None:
     # Called when a run starts (configs may name a path an earlier stage creates): one line, before Ray.
-    if missing_local_model(path):
-        raise ConfigError(f"model_path {path} does not exist; point model_path at a folder with config.json "
-                          "(python scripts/make_tiny_model.py --out DIR writes a tiny one) or at a Hugging Face hub id")
-
+    resolve_model_path(path, "model_path")  # a ModelPathError is a ConfigError

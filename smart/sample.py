@@ -9,6 +9,9 @@ Token ids and logprobs are the exact ones the engine produced; nothing downstrea
 A multi-turn sample keeps the whole conversation after the first prompt in `response_token_ids`:
 tokens the environment wrote (feedback turns, chat-template glue) have loss_mask 0, tokens the model
 sampled have loss_mask 1, so the trainer's per-token mask is exact.
+
+`eval_result` is the typed `EvalResult`; `to_json` writes it as its own JSON object and `from_json`
+reads it back, so saved rollouts replay with the same verdicts.
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ import enum
 import json
 from typing import Any
 
+from kbencheval.eval.result import EvalResult
+
 
 class SampleStatus(str, enum.Enum):
     PENDING = "pending"  # not generated yet
     COMPLETED = "completed"  # the model stopped on its own (EOS / stop string)
     TRUNCATED = "truncated"  # hit max tokens; still trainable
     FAILED = "failed"  # generation itself failed: never trained on as text
-    ABORTED = "aborted"  # cancelled (e.g. rollout stopped early); not trained on
 
 
 class SampleError(ValueError):
@@ -37,20 +41,23 @@ class Sample:
     group_index: int = 0  # samples of one prompt share it; GRPO normalizes within a group
     problem_key: str = ""
     turn: int = 0  # 0-based turn of a multi-turn rollout this sample ends at
+    trajectory_id: int | None = None  # turns of one multi-turn trajectory share it; None: its own trajectory
     prompt: list[dict[str, str]] | str = ""
     prompt_token_ids: list[int] = dataclasses.field(default_factory=list)
     response_token_ids: list[int] = dataclasses.field(default_factory=list)
     loss_mask: list[int] = dataclasses.field(default_factory=list)  # 1 = trained on
     rollout_logprobs: list[float] = dataclasses.field(default_factory=list)  # 0.0 where loss_mask is 0
     response_text: str = ""
-    reward: float | None = None
+    turn_reward: float | None = None  # this turn's shaped reward r_t, before discounting
+    reward: float | None = None  # what GRPO uses: the discounted return R_t = r_t + gamma * R_{t+1}
     status: SampleStatus = SampleStatus.PENDING
-    eval_result: dict[str, Any] | None = None  # EvalResult.to_dict()
-    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    weight_version: int | None = None  # the policy version the engine sampled with (the trainer's step)
+    eval_result: EvalResult | None = None  # the evaluator's verdict on response_text
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)  # for plugins only; smart never reads it
 
     @property
     def trainable(self) -> bool:
-        """Failed or aborted generations carry no model text worth a gradient."""
+        """Failed generations carry no model text worth a gradient."""
         return self.status in (SampleStatus.COMPLETED, SampleStatus.TRUNCATED) and any(self.loss_mask)
 
     @property
@@ -73,6 +80,7 @@ class Sample:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["status"] = self.status.value
+        d["eval_result"] = None if self.eval_result is None else self.eval_result.to_dict()
         return d
 
     def to_json(self, **kwargs) -> str:
@@ -87,6 +95,8 @@ class Sample:
         d = dict(d)
         if "status" in d:
             d["status"] = SampleStatus(d["status"])
+        if isinstance(d.get("eval_result"), dict):
+            d["eval_result"] = EvalResult.from_dict(d["eval_result"])
         return cls(**d)
 
     @classmethod

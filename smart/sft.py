@@ -16,11 +16,13 @@ from pathlib import Path
 
 import ray
 
+from kbencheval.config import config_help, wants_help
 from smart.config import SFTConfig, check_model_path, load_config
-from smart.ray.actor_group import TrainGroup, train_config_for
+from smart.ray.actor_group import TrainGroup
 from smart.ray.placement import make_placement
 from smart.rollout.data import conversation_to_sample, load_sft_conversations
-from smart.tracking import PhaseTimer, Tracker, init_ray, latest_checkpoint, read_run_state, save_checkpoint
+from smart.tracking import (PhaseTimer, Tracker, init_ray, latest_checkpoint, read_run_state, save_checkpoint,
+                            seed_everything)
 
 
 def train_sft(cfg: SFTConfig) -> dict:
@@ -31,12 +33,13 @@ def train_sft(cfg: SFTConfig) -> dict:
     convs = load_sft_conversations(cfg.data, cfg.backend, cfg.prompt_style)
     samples = [conversation_to_sample(tokenizer, messages, i) for i, messages in enumerate(convs)]
 
+    seed_everything(cfg.seed)
     started_ray = init_ray(cfg.cluster)
     out = Path(cfg.out_dir)
     ckpt = latest_checkpoint(out) if cfg.resume else None
     start = read_run_state(ckpt)["next_step"]
     placement = make_placement(cfg.cluster, need_rollout=False)
-    actor = TrainGroup(train_config_for(cfg.train, cfg.model_path), placement.actor)
+    actor = TrainGroup.for_run(cfg, placement.actor)
     tracker = Tracker(out, cfg.num_steps, "sft")
     metrics: dict = {}
     try:
@@ -48,7 +51,7 @@ def train_sft(cfg: SFTConfig) -> dict:
                 metrics = {f"train/{k}": v for k, v in actor.train_sft(batch_for(samples, step, cfg)).items()}
             if step + 1 == cfg.num_steps or (cfg.save_every and (step + 1) % cfg.save_every == 0):
                 with timer("save"):
-                    save_checkpoint(out, step, actor, {})
+                    save_checkpoint(out, step, actor, {}, cfg.keep_last_n)
             metrics |= timer.metrics()
             tracker.log(step, metrics)
         if cfg.export_hf:
@@ -74,8 +77,12 @@ def batch_for(samples: list, step: int, cfg: SFTConfig) -> list:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if wants_help(argv):
+        print(config_help(SFTConfig, "smart sft CONFIG.yaml [key=value ...]   (or bash scripts/run_sft.sh ...)",
+                          "smart sft configs/sft_tiny_cpu.yaml data.sft_jsonl=chats.jsonl num_steps=100"))
+        return 0
     if not argv or argv[0].startswith("-"):
-        print("usage: smart sft CONFIG.yaml [key=value ...]", file=sys.stderr)
+        print("usage: smart sft CONFIG.yaml [key=value ...]  (smart sft --help lists every key)", file=sys.stderr)
         return 2
     cfg = load_config(SFTConfig, argv[0], argv[1:])
     check_model_path(cfg.model_path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -31,6 +32,18 @@ def init_ray(cfg: ClusterConfig) -> bool:
     else:
         ray.init(num_cpus=cfg.num_cpus, include_dashboard=False, runtime_env={"env_vars": env}, log_to_driver=True)
     return True
+
+
+def seed_everything(seed: int) -> None:
+    """Python, NumPy and torch RNGs of this process (actors seed their own from the config)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 class PhaseTimer:
@@ -106,12 +119,18 @@ def latest_checkpoint(out_dir: Path) -> Path | None:
     return done[-1].parent if done else None
 
 
-def save_checkpoint(out_dir: Path, step: int, trainer, run_state: dict) -> Path:
+def save_checkpoint(out_dir: Path, step: int, trainer, run_state: dict, keep_last_n: int = 0) -> Path:
+    """Write checkpoints/step_{step+1}; then delete all but the newest keep_last_n whole ones (0 keeps all)."""
     path = out_dir / "checkpoints" / f"step_{step + 1:06d}"
     trainer.save_checkpoint(str(path / "trainer"))
     tmp = path / "run_state.json.tmp"
     tmp.write_text(json.dumps({"next_step": step + 1, **run_state}, indent=2))
     tmp.replace(path / "run_state.json")
+    if keep_last_n:
+        # Only whole checkpoints count (run_state.json is written last); a torn one is left for inspection.
+        whole = sorted(p.parent for p in (out_dir / "checkpoints").glob("step_*/run_state.json"))
+        for old in whole[:-keep_last_n]:
+            shutil.rmtree(old, ignore_errors=True)
     return path
 
 

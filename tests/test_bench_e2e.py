@@ -36,6 +36,7 @@ def test_single_problem_script_against_served_model(served_model):
     assert any(s in out.stdout for s in ("format_error", "compile_error", "rejected", "correct", "incorrect"))
 
 
+@pytest.mark.slow  # generate + evaluate + report end to end: ~30 s
 def test_generate_eval_report_against_served_model(served_model, tmp_path):
     model, url = served_model
     common = ["run_name=tiny", f"runs_dir={tmp_path}"]

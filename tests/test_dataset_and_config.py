@@ -85,8 +85,13 @@ def test_config_yaml_and_overrides(tmp_path):
 
 
 def test_eval_config_validation():
-    with pytest.raises(ValueError, match="device 'tpu'"):
+    with pytest.raises(ConfigError, match="device='tpu' is not supported: use cpu, cuda or cuda:N"):
         EvalConfig(device="tpu")
+    with pytest.raises(ConfigError, match="set trials >= 1"):
+        EvalConfig(trials=0)
+    given = EvalConfig(device="cuda")
+    given.validate()
+    assert given.device == "cuda"  # validation never rewrites the caller's config
     cfg = apply_overrides(EvalConfig(), ["trials=2", "timing_mode=cuda_graph"])
     assert cfg.trials == 2 and cfg.timing_mode == "cuda_graph"
     with pytest.raises(ConfigError, match="must be one of"):
@@ -97,6 +102,7 @@ def _kbench(*args):
     return subprocess.run([sys.executable, "-m", "kbencheval.cli", *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # two cold evaluator starts through the CLI: ~40 s
 def test_kbench_check_cli(tmp_path):
     kernel = tmp_path / "k.py"
     kernel.write_text(RELU.solution_source)

@@ -61,6 +61,7 @@ def test_sft_then_rl_single_then_multi_turn(tmp_path, local_ray, tiny_model):
     from kbencheval.dataset import get_problem
     from kbencheval.prompts import build_prompt
     from smart.config import RLConfig, SFTConfig, load_config
+    from kbencheval.eval.result import Status
     from smart.reward.presets import shaped_reward
     from smart.sft import train_sft
     from smart.tracking import load_rollouts
@@ -111,17 +112,17 @@ def test_sft_then_rl_single_then_multi_turn(tmp_path, local_ray, tiny_model):
     reward_cfg = RewardConfig(preset="staged")
     for path in rollouts:
         for s in load_rollouts(path):
-            assert s.eval_result["device"].startswith("cpu") and s.eval_result["versions"], s.eval_result
-            assert s.metadata["turn_reward"] == pytest.approx(shaped_reward(s.eval_result, reward_cfg))
+            assert s.eval_result.device.startswith("cpu") and s.eval_result.versions, s.eval_result
+            assert s.turn_reward == pytest.approx(shaped_reward(s.eval_result, reward_cfg))
     multi = load_rollouts(rollouts[1])
     turn1 = [s for s in multi if s.turn == 1]
     for s in turn1:  # a second turn exists only after an unsolved first turn; its context is masked out
-        first = next(f for f in multi if f.turn == 0 and f.metadata["trajectory"] == s.metadata["trajectory"])
-        assert not first.eval_result["correct"]
+        first = next(f for f in multi if f.turn == 0 and f.trajectory_id == s.trajectory_id)
+        assert not first.eval_result.correct
         assert s.response_token_ids[: len(first.response_token_ids)] == first.response_token_ids
         assert sum(s.loss_mask[: len(first.response_token_ids)]) == 0
-        assert first.reward == pytest.approx(first.metadata["turn_reward"] + 0.4 * s.metadata["turn_reward"])
-    assert any(s.eval_result["status"] == "correct" for s in load_rollouts(rollouts[0]) + multi)
+        assert first.reward == pytest.approx(first.turn_reward + 0.4 * s.turn_reward)
+    assert any(s.eval_result.status == Status.CORRECT for s in load_rollouts(rollouts[0]) + multi)
 
     # The policy moved (at least one of the two steps kept a group with varied rewards).
     trained = [m.get("train/step") for m in (m1, m2)]
@@ -136,10 +137,10 @@ def test_sft_then_rl_single_then_multi_turn(tmp_path, local_ray, tiny_model):
 @pytest.mark.slow
 def test_engine_weights_equal_trainer_weights_after_sync(tmp_path, local_ray, tiny_model):
     from smart.config import RLConfig
-    from smart.ray.actor_group import TrainGroup, train_config_for
+    from smart.ray.actor_group import TrainGroup
     from smart.ray.placement import make_placement
     from smart.ray.rollout_manager import RolloutManager
-    from smart.train import sync_weights
+    from smart.rollout.engines import sync_weights
 
     model = Path(tiny_model)
     cfg = RLConfig(model_path=str(model), out_dir=str(tmp_path / "run"))
@@ -151,7 +152,7 @@ def test_engine_weights_equal_trainer_weights_after_sync(tmp_path, local_ray, ti
     cfg.rollout.prompt_style = "zero_shot"
     cfg.train.lr = 1e-2
     placement = make_placement(cfg.cluster)
-    actor = TrainGroup(train_config_for(cfg.train, cfg.model_path), placement.actor)
+    actor = TrainGroup.for_run(cfg, placement.actor)
     manager = RolloutManager.remote(cfg, placement.rollout)
     try:
         samples, _ = ray.get(manager.generate.remote(0))

@@ -36,11 +36,11 @@ def engine(tiny_model) -> EmbeddedEngine:
     return EmbeddedEngine(tiny_model, device="cpu")
 
 
-def recomputed_logprobs(model, prompt_ids, token_ids) -> torch.Tensor:
-    """What a trainer computes: one unpadded forward over prompt + response, log_softmax at each step."""
+def recomputed_logprobs(model, prompt_ids, token_ids, temperature: float = 1.0) -> torch.Tensor:
+    """What a trainer computes: one unpadded forward over prompt + response, log_softmax(z / T) at each step."""
     seq = torch.tensor([prompt_ids + token_ids])
     with torch.no_grad():
-        logp = torch.log_softmax(model(seq).logits[0].float(), dim=-1)
+        logp = torch.log_softmax(model(seq).logits[0].float() / (temperature or 1.0), dim=-1)
     return logp[len(prompt_ids) - 1:-1].gather(-1, torch.tensor(token_ids)[:, None])[:, 0]
 
 
@@ -70,7 +70,7 @@ def test_logprobs_match_a_recomputed_forward(engine, temperature, top_p):
     for group in engine.chat(CHATS, params):
         for c in group:
             assert engine.pad_id not in c.token_ids or engine.pad_id in engine.eos_ids
-            want = recomputed_logprobs(engine.model, c.prompt_token_ids, c.token_ids)
+            want = recomputed_logprobs(engine.model, c.prompt_token_ids, c.token_ids, temperature)
             torch.testing.assert_close(torch.tensor(c.logprobs), want, atol=1e-4, rtol=1e-4)
 
 

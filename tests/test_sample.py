@@ -23,8 +23,10 @@ def _multi_turn_sample() -> Sample:
         response_text="```python\n...```",
         reward=0.3,
         status=SampleStatus.COMPLETED,
-        eval_result=EvalResult(status=Status.CORRECT, problem="L1_19_ReLU", compiled=True, correct=True).to_dict(),
-        metadata={"turn_rewards": [0.1, 0.3]},
+        trajectory_id=3,
+        turn_reward=0.1,
+        eval_result=EvalResult(status=Status.CORRECT, problem="L1_19_ReLU", compiled=True, correct=True, speedup=1.5),
+        metadata={"plugin_note": [0.1, 0.3]},
     )
 
 
@@ -35,7 +37,9 @@ def test_json_round_trip_is_exact():
     assert back == s
     assert back.status is SampleStatus.COMPLETED
     assert json.loads(text)["status"] == "completed"
-    assert EvalResult.from_dict(back.eval_result).status is Status.CORRECT
+    assert isinstance(back.eval_result, EvalResult) and back.eval_result.status is Status.CORRECT
+    assert json.loads(text)["eval_result"]["status"] == "correct"  # the verdict travels as its own JSON object
+    assert (back.trajectory_id, back.turn_reward, back.eval_result.speedup) == (3, 0.1, 1.5)
     assert Sample.from_dict(s.to_dict()) == s
 
 
@@ -72,7 +76,6 @@ def test_unknown_key_is_an_error():
         (SampleStatus.COMPLETED, [1, 0], True),
         (SampleStatus.TRUNCATED, [1], True),
         (SampleStatus.FAILED, [1], False),  # a failed generation is never trained on as text
-        (SampleStatus.ABORTED, [1], False),
         (SampleStatus.COMPLETED, [0, 0], False),
     ],
 )

@@ -4,7 +4,7 @@ import pytest
 
 from smart.rollout.filters import filter_groups, keep_varied_rewards
 from smart.sample import Sample
-from smart.train import compute_advantages
+from smart.ray.actor_group import compute_advantages
 
 
 def group(g, rewards):

@@ -56,11 +56,11 @@ def make_ctx(max_turns, replies, verdicts):
     def evaluate(items):
         out = verdicts[calls["eval"]]
         calls["eval"] += 1
-        return [EvalResult(status=Status(v), compiled=True, correct=v == "correct", feedback=f"fb{i}").to_dict()
+        return [EvalResult(status=Status(v), compiled=True, correct=v == "correct", feedback=f"fb{i}")
                 for i, v in enumerate(out)]
 
     cfg = RolloutConfig(max_turns=max_turns)
-    return RolloutContext(cfg, FakeTokenizer(), generate, evaluate, lambda r: r["feedback"]), calls
+    return RolloutContext(cfg, FakeTokenizer(), generate, evaluate, lambda r: r.feedback), calls
 
 
 def starts(n):
@@ -69,7 +69,8 @@ def starts(n):
 
 def test_load_plugin_accepts_colon_and_dot_forms():
     assert load_plugin("tests.test_smart_plugins:reward_len", "reward.reward_fn") is reward_len
-    assert load_plugin("smart.rollout.filters.keep_all", "rollout.filter_fn")([]) is True
+    keep = load_plugin("smart.rollout.filters.keep_varied_rewards", "rollout.filter_fn")
+    assert keep([Sample(reward=0.0), Sample(reward=1.0)]) is True and keep([Sample(reward=1.0)] * 2) is False
 
 
 @pytest.mark.parametrize("path, match", [("nodots", "not a dotted path"), ("no_such_mod:f", "cannot import"),
@@ -87,7 +88,7 @@ def test_single_turn_keeps_engine_tokens_and_marks_failures():
     assert ok.response_token_ids == [97, 98, 0] and ok.rollout_logprobs == [-1.0, -2.0, -3.0] and ok.loss_mask == [1, 1, 1]
     assert ok.status == SampleStatus.COMPLETED and ok.trainable
     assert failed.status == SampleStatus.FAILED and not failed.trainable
-    assert failed.eval_result["status"] == "format_error"
+    assert failed.eval_result.status == Status.FORMAT_ERROR
 
 
 def test_turn_glue_skips_the_end_token_the_model_already_sampled():
@@ -100,14 +101,14 @@ def test_multi_turn_masks_context_and_stops_when_correct():
     # two trajectories: #0 is correct at turn 0 and stops; #1 is wrong, gets feedback, then a second turn
     ctx, calls = make_ctx(3, [["aa", "bb"], ["cc"], ["dd"]], [["correct", "incorrect"], ["incorrect"], ["correct"]])
     out = generate_multi_turn(ctx, starts(2))
-    assert [(s.metadata["trajectory"], s.turn) for s in out] == [(0, 0), (1, 0), (1, 1), (1, 2)]
+    assert [(s.trajectory_id, s.turn) for s in out] == [(0, 0), (1, 0), (1, 1), (1, 2)]
     t0, t1, t2 = out[1], out[2], out[3]
     glue = FakeTokenizer()("<user>fb1<E><assistant>")["input_ids"]
     assert t1.response_token_ids == t0.response_token_ids + glue + [ord("c"), ord("c"), 0]
     assert t1.loss_mask == [0] * (len(t0.response_token_ids) + len(glue)) + [1, 1, 1]
     assert t1.rollout_logprobs[: len(t0.response_token_ids)] == [0.0] * len(t0.response_token_ids)
     assert calls["prompts"][1] == [[1, 2, 3] + t0.response_token_ids + glue]  # exact ids fed back, nothing re-tokenized
-    assert t2.loss_mask.count(1) == 3 and t2.eval_result["correct"]
+    assert t2.loss_mask.count(1) == 3 and t2.eval_result.correct
     for s in out:
         s.validate()
 
@@ -130,3 +131,17 @@ def test_shipped_configs_load(name):
 
     cls = RLConfig if name.startswith("rl_") else SFTConfig
     load_config(cls, REPO / "configs" / name)
+
+
+def test_run_seed_orders_the_problems_and_leaves_the_split_alone():
+    from smart.config import DataConfig
+    from smart.rollout.data import DataSource
+
+    cfg = DataConfig(levels=[1], heldout_fraction=0.2)
+    a, b, c = DataSource(cfg, seed=0), DataSource(cfg, seed=0), DataSource(cfg, seed=1)
+    assert [p.key for p in a.heldout] == [p.key for p in c.heldout]  # the split is data.split_seed's alone
+
+    def order(ds):
+        return [p.key for p in ds.next_problems(10)]
+
+    assert order(a) == order(b) and order(a) != order(c)

@@ -9,6 +9,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from kbencheval.dataset import Problem  # noqa: E402
+from kbencheval.eval.harness import EvalConfig  # noqa: E402
 from kbencheval.eval.result import EvalResult, Status  # noqa: E402
 from smart.config import RewardConfig  # noqa: E402
 from smart.reward.pool import EvalPool  # noqa: E402
@@ -18,15 +19,19 @@ from smart.reward.pool import EvalPool  # noqa: E402
 class FakeWorker:
     """Stands in for EvalWorker: the text says what the 'candidate' does."""
 
-    def __init__(self, eval_fields):
-        pass
+    def __init__(self, eval_cfg):
+        self.limit = eval_cfg.timeout_s  # the evaluator's own per-candidate limit
 
     def evaluate(self, problem, text, backend):
         if text == "hang":
             time.sleep(600)
         if text == "crash":
             os._exit(1)
-        return EvalResult(status=Status.CORRECT, problem=problem.key, compiled=True, correct=True).to_dict()
+        if text == "slow":  # the evaluator's own timeout fires at its limit, a little later than asked
+            time.sleep(self.limit + 0.5)
+            return EvalResult(status=Status.TIMEOUT, problem=problem.key, error=f"evaluator limit {self.limit:g}s")
+        checks = {"harness_restarts": {"fork_server": 1, "judge": 2}} if text == "restarted" else {}
+        return EvalResult(status=Status.CORRECT, problem=problem.key, compiled=True, correct=True, checks=checks)
 
     def close(self):
         pass
@@ -41,14 +46,33 @@ def local_ray():
 
 def test_hung_and_crashed_candidates_cost_only_their_own_reward(local_ray):
     problem = Problem(level=1, problem_id=1, name="ReLU", source="")
-    pool = EvalPool(RewardConfig(num_workers=2, timeout_s=3.0), worker_cls=FakeWorker)
+    pool = EvalPool(RewardConfig(num_workers=2, eval=EvalConfig(timeout_s=2.0), deadline_margin_s=1.5), worker_cls=FakeWorker)
     t0 = time.monotonic()
     results = pool.evaluate([(problem, t) for t in ["ok", "hang", "ok", "crash", "ok"]], backend="triton")
     elapsed = time.monotonic() - t0
-    assert [r["status"] for r in results] == ["correct", "timeout", "correct", "runtime_error", "correct"]
-    assert "reward.timeout_s=3" in results[1]["error"]
+    assert [r.status.value for r in results] == ["correct", "timeout", "correct", "runtime_error", "correct"]
+    assert "3.5s" in results[1].error  # eval.timeout_s + deadline_margin_s
     assert pool.replaced == 2
     assert elapsed < 30  # the hang was cut at its deadline, not waited out
     # the replaced workers serve the next batch
-    assert [r["status"] for r in pool.evaluate([(problem, "ok")] * 3, backend="triton")] == ["correct"] * 3
+    assert [r.status.value for r in pool.evaluate([(problem, "ok")] * 3, backend="triton")] == ["correct"] * 3
     pool.close()
+
+
+def test_pool_reports_harness_restarts(local_ray):
+    problem = Problem(level=1, problem_id=1, name="ReLU", source="")
+    pool = EvalPool(RewardConfig(num_workers=1, eval=EvalConfig(timeout_s=30.0)), worker_cls=FakeWorker)
+    assert pool.metrics()["eval/harness_restarts"] == 0
+    pool.evaluate([(problem, "restarted"), (problem, "restarted")], backend="triton")  # cumulative counts
+    assert pool.metrics() == {"eval/workers_replaced": 0.0, "eval/harness_restarts": 3.0}
+    pool.close()
+
+
+def test_a_slow_candidate_gets_the_evaluators_clean_timeout(local_ray):
+    problem = Problem(level=1, problem_id=1, name="ReLU", source="")
+    pool = EvalPool(RewardConfig(num_workers=1, eval=EvalConfig(timeout_s=1.0), deadline_margin_s=5.0), worker_cls=FakeWorker)
+    [slow, ok] = pool.evaluate([(problem, "slow"), (problem, "ok")], backend="triton")
+    assert slow.status.value == "timeout" and slow.error == "evaluator limit 1s"  # the evaluator's verdict
+    assert ok.status.value == "correct" and pool.replaced == 0  # and its worker lived on
+    pool.close()
+

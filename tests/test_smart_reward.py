@@ -10,7 +10,7 @@ from smart.sample import Sample
 
 
 def result(status, compiled=False, correct=False, speedup=None):
-    return EvalResult(status=Status(status), compiled=compiled, correct=correct, speedup=speedup).to_dict()
+    return EvalResult(status=Status(status), compiled=compiled, correct=correct, speedup=speedup)
 
 
 FORMAT = result("format_error")
@@ -65,17 +65,25 @@ def test_preset_rewards_reads_each_sample():
 
 def test_assign_returns_discounts_along_each_trajectory():
     # trajectory 7: turns 0, 1, 2 (listed out of order); trajectory 9: one turn
-    samples = [Sample(index=0, turn=1, metadata={"trajectory": 7}), Sample(index=1, turn=0, metadata={"trajectory": 7}),
-               Sample(index=2, turn=0, metadata={"trajectory": 9}), Sample(index=3, turn=2, metadata={"trajectory": 7})]
+    samples = [Sample(index=0, turn=1, trajectory_id=7), Sample(index=1, turn=0, trajectory_id=7),
+               Sample(index=2, turn=0, trajectory_id=9), Sample(index=3, turn=2, trajectory_id=7)]
     assign_returns(samples, [0.1, 0.0, 0.3, 1.0], gamma=0.5)
     assert samples[3].reward == pytest.approx(1.0)
     assert samples[0].reward == pytest.approx(0.1 + 0.5 * 1.0)
     assert samples[1].reward == pytest.approx(0.0 + 0.5 * 0.6)
     assert samples[2].reward == pytest.approx(0.3)
-    assert [s.metadata["turn_reward"] for s in samples] == [0.1, 0.0, 0.3, 1.0]
+    assert [s.turn_reward for s in samples] == [0.1, 0.0, 0.3, 1.0]
 
 
 def test_single_turn_samples_keep_their_reward():
     samples = [Sample(index=i) for i in range(3)]
     assign_returns(samples, [0.2, 0.4, 0.0], gamma=0.9)
     assert [s.reward for s in samples] == pytest.approx([0.2, 0.4, 0.0])
+
+
+def test_sampling_seed_depends_on_run_seed_step_and_call_only():
+    from smart.ray.rollout_manager import sampling_seed
+
+    assert sampling_seed(0, 5, 1) == sampling_seed(0, 5, 1)  # a resumed step draws what it drew before
+    seeds = {sampling_seed(s, step, call) for s in (0, 1) for step in range(50) for call in range(3)}
+    assert len(seeds) == 300 and max(seeds) < 2**30

@@ -85,13 +85,13 @@ def test_update_weights_from_disk_changes_outputs_and_version(engine, server, ti
             p.add_(0.5 * torch.randn_like(p))
     model.save_pretrained(tmp_path / "v7")
     assert ray.get(engine.weights_version.remote()) == 0
-    assert ray.get(engine.update_weights.remote(str(tmp_path / "v7"), 7)) == 7
+    assert ray.get(engine.push.remote(str(tmp_path / "v7"), 7)) == 7
     assert ray.get(engine.weights_version.remote()) == 7
     assert requests.get(f"{server}/health").json()["weights_version"] == server_version + 1  # the server loaded it
     [after] = ray.get(engine.generate_ids.remote(PROMPTS[:1], greedy))
     assert after.logprobs != before.logprobs
     with pytest.raises(RuntimeError, match="refused"):  # a bad folder leaves the version alone
-        ray.get(engine.update_weights.remote(str(tmp_path / "missing"), 8))
+        ray.get(engine.push.remote(str(tmp_path / "missing"), 8))
     assert ray.get(engine.weights_version.remote()) == 7
 
 
@@ -126,16 +126,18 @@ def test_config_requires_one_url_per_engine():
     assert rl().rollout.engine == "embedded"
 
 
+@pytest.mark.slow  # a full RL step plus a disk sync: ~60 s
 def test_rl_step_syncs_trainer_weights_to_the_server_through_disk(server, tiny_model, local_ray, tmp_path):
     """One GRPO update, then the weight sync smart.train uses for engine=sglang: the server loads the
     trainer's exported folder, the engines report the trainer's version, the older folder is removed."""
     from safetensors.torch import load_file
 
     from smart.config import RLConfig
-    from smart.ray.actor_group import TrainGroup, train_config_for
+    from smart.backends import logprob_mismatch
+    from smart.ray.actor_group import TrainGroup
     from smart.ray.placement import make_placement
     from smart.ray.rollout_manager import RolloutManager
-    from smart.train import _disk_dir, logprob_mismatch, sync_weights
+    from smart.rollout.engines import sync_weights
 
     cfg = RLConfig(model_path=tiny_model, out_dir=str(tmp_path / "run"))
     cfg.data.problems, cfg.data.heldout_fraction = ["L1_1_ReLU"], 0.0
@@ -144,17 +146,18 @@ def test_rl_step_syncs_trainer_weights_to_the_server_through_disk(server, tiny_m
     cfg.rollout.prompt_style = "zero_shot"
     cfg.train.lr = 1e-2
     cfg.validate()
-    disk = _disk_dir(cfg, Path(cfg.out_dir))
+    disk = Path(cfg.out_dir) / "engine_weights"
     placement = make_placement(cfg.cluster)
-    actor = TrainGroup(train_config_for(cfg.train, cfg.model_path), placement.actor)
+    actor = TrainGroup.for_run(cfg, placement.actor)
     manager = RolloutManager.remote(cfg, placement.rollout)
     try:
-        assert sync_weights(actor, manager, disk) == 0  # the run's first sync: engines start from the trainer
+        assert sync_weights(actor, manager) == 0  # the run's first sync: engines start from the trainer
         server_version = requests.get(f"{server}/health").json()["weights_version"]
         samples, _ = ray.get(manager.generate.remote(0))
         assert all(s.response_token_ids and len(s.rollout_logprobs) == len(s.response_token_ids) for s in samples)
+        assert {s.weight_version for s in samples} == {0}
         actor.train_grpo(samples, [1.0, -1.0], actor.compute_logprobs(samples))
-        assert sync_weights(actor, manager, disk) == 1
+        assert sync_weights(actor, manager) == 1
         assert ray.get(manager.weights_versions.remote()) == [1]
         assert requests.get(f"{server}/health").json()["weights_version"] == server_version + 1
         assert sorted(p.name for p in disk.iterdir()) == ["v000001"]  # v000000 removed after the sync
@@ -163,6 +166,7 @@ def test_rl_step_syncs_trainer_weights_to_the_server_through_disk(server, tiny_m
         assert all(torch.equal(on_disk[k], trainer_sd[k]) for k in on_disk)
         # The server now samples from the trainer's weights: its logprobs match the trainer's recomputation.
         fresh, _ = ray.get(manager.generate.remote(1))
+        assert {s.weight_version for s in fresh} == {1}
         new_gap, old_gap = (logprob_mismatch(x, actor.compute_logprobs(x)) for x in (fresh, samples))
         print(f"mean |server - trainer| logprob: after sync {new_gap:.2e}, stale samples {old_gap:.2e}")
         assert new_gap < 1e-4 and old_gap > 1e-3  # old samples came from the old weights

@@ -46,13 +46,22 @@ def _worker(rank, world, port, model_path, out_dir, backend="gloo"):
         b.load_checkpoint(os.path.join(out_dir, "ckpt"))
         reloaded = b.state_dict_for_sync()
         b.export_hf(os.path.join(out_dir, "hf"))
+        step = b.step
+        rl_step = _rl_step(b, samples)  # old logprobs inside (gathered over ranks), two mini-batches, TIS
         if rank == 0:
             torch.save(
-                dict(logprobs=logprobs, metrics=metrics, grads=grads, synced=synced, reloaded=reloaded, step=b.step),
+                dict(logprobs=logprobs, metrics=metrics, grads=grads, synced=synced, reloaded=reloaded, step=step,
+                     rl_step=rl_step),
                 os.path.join(out_dir, "rank0.pt"),
             )
     finally:
         dist.destroy_process_group()
+
+
+def _rl_step(backend, samples):
+    backend.cfg.grpo.num_steps_per_rollout = 2
+    backend.cfg.grpo.tis_clip = 1.5
+    return backend.train_step(samples, ADV)
 
 
 def _free_port() -> int:
@@ -76,7 +85,7 @@ def model_dir(tmp_path_factory):
 @pytest.mark.parametrize(
     "backend",
     [
-        "gloo",
+        pytest.param("gloo", marks=pytest.mark.slow),  # two gloo ranks: ~85 s on 2 CPU cores
         pytest.param("nccl", marks=[pytest.mark.gpu, pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")]),
     ],
 )
@@ -106,3 +115,9 @@ def test_two_fsdp_ranks_match_one_process(model_dir, tmp_path, backend):
 
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").state_dict()
     assert all(torch.equal(exported[k], v) for k, v in got["synced"].items())
+    # the GRPO entry: old logprobs computed once inside, two optimizer steps, TIS, mismatch maxima
+    want = _rl_step(single, samples)
+    assert want["optimizer_steps"] == got["rl_step"]["optimizer_steps"] == 2
+    for key in ("loss", "pg_loss", "ratio_mean_last", "clip_frac", "tis_mean", "tis_clip_frac",
+                "logprob_mismatch_mean", "logprob_mismatch_max", "grad_norm"):
+        assert got["rl_step"][key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), key

@@ -120,6 +120,13 @@ def translate_kernelbench_args(argv: list[str], aliases: dict[str, str], ignored
     `aliases` renames keys; `ignored` lists keys that have no meaning here, each with the reason,
     which is printed instead of silently dropping them. Anything else passes through unchanged.
     """
+    if any(a in ("-h", "--help") for a in argv):
+        print("KernelBench argument names accepted here:")
+        for key, ours in aliases.items():
+            print(f"  {key} -> {ours}")
+        for key, why in ignored.items():
+            print(f"  {key}: ignored ({why})")
+        print()
     out = []
     for arg in argv:
         key, sep, value = arg.partition("=")

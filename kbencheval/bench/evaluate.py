@@ -1,7 +1,7 @@
 """Evaluate every generation of a run on all local GPUs (or the CPU); resumable and kill-safe.
 
     kbench eval run_name=qwen_l1                     # every visible GPU, else the CPU interpreter
-    kbench eval run_name=qwen_l1 device=cuda num_gpus=4 timeout_s=300
+    kbench eval run_name=qwen_l1 device=cuda num_gpus=4 eval.timeout_s=300 eval.timing_mode=cuda_graph
     kbench eval run_name=tiny device=cpu cpu_workers=2
 
 One Evaluator per device; worker threads pull the next (problem, sample) from one shared queue, so
@@ -28,33 +28,37 @@ from kbencheval.bench.store import (
     read_json,
     run_dir,
 )
-from kbencheval.config import ConfigError, load_config
+from kbencheval.bench.config import EVAL_ALIASES, eval_config_field, load_cli_config
+from kbencheval.config import ConfigError
 from kbencheval.dataset import Problem, load_problems
+from kbencheval.eval.harness import EvalConfig
 from kbencheval.eval.result import EvalResult, Status
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class EvalRunConfig:
     run_name: str = ""
     runs_dir: str = "runs"
     device: str = "auto"
-    """auto (all GPUs, else CPU) | cpu | cuda | cuda:N"""
+    """auto (all GPUs, else CPU) | cpu | cuda | cuda:N; sets each evaluator's eval.device."""
     num_gpus: int = 0
     """With device=cuda/auto: how many GPUs to use; 0 = all visible."""
     cpu_workers: int = 1
     """With the CPU: evaluators running side by side."""
     backend: str = ""
     """Kernel language; empty = the one the run was generated for."""
-    trials: int = 0
-    """Correctness trials (fresh seeded inputs each); 0 = the harness default."""
-    timeout_s: float = 0.0
-    """Per-sample limit in seconds; 0 = the harness default."""
     verbose: bool = False
     """Print every verdict as it arrives."""
+    eval: EvalConfig = eval_config_field()
+    """The evaluator (kbencheval.eval.harness.EvalConfig): eval.timing_mode=cuda_graph eval.baseline=compile ..."""
 
     def validate(self) -> None:
         if self.num_gpus < 0 or self.cpu_workers < 1:
             raise ConfigError("num_gpus must be >= 0 and cpu_workers >= 1")
+
+
+USAGE = "kbench eval run_name=NAME [key=value ...]   (also scripts/eval_from_generations.py)"
+EXAMPLE = "kbench eval run_name=qwen_l1 device=cuda num_gpus=4 eval.timing_mode=cuda_graph eval.trials=5"
 
 
 def run_problems(run: Path, manifest: dict) -> dict[str, Problem]:
@@ -79,16 +83,94 @@ def make_record(gen: Generation, result: EvalResult) -> dict:
     return {**keys, **result.to_dict()}
 
 
+@dataclasses.dataclass
+class EvalJob:
+    """One candidate for the pool: what to run, and the keys written in front of its verdict."""
+
+    keys: dict  # must hold problem_key and sample (the results log's key)
+    problem: Problem | None
+    text: str
+    backend: str
+    preset: EvalResult | None = None  # a verdict known without running (e.g. the generation failed)
+    name: str = ""
+
+
+def run_pool(todo: list, prepare, devices: list[str], eval_cfg: EvalConfig, log: ResultsLog, stats: dict, *,
+             label: str, verbose: bool = False, item_name=str) -> None:
+    """Evaluate `todo` with one Evaluator per device (eval_cfg with that device); each verdict is
+    appended to `log` as it arrives.
+
+    `prepare(item) -> EvalJob` runs in the worker thread, so reading a file is spread over devices.
+    A prepare or harness failure is not a verdict: it goes to stats["harness_errors"] and a rerun
+    retries it. Ctrl-C lets each worker finish its current item; everything written is kept.
+    """
+    from kbencheval.eval.harness import Evaluator
+
+    work: queue.Queue = queue.Queue()
+    for item in todo:
+        work.put(item)
+    stop = threading.Event()
+    mutex = threading.Lock()
+
+    with make_progress() as progress:
+        task = progress.add_task(f"{label} on {', '.join(sorted(set(devices)))}", total=len(todo))
+
+        def worker(device: str) -> None:
+            try:
+                with Evaluator(dataclasses.replace(eval_cfg, device=device)) as evaluator:
+                    while not stop.is_set():
+                        try:
+                            item = work.get_nowait()
+                        except queue.Empty:
+                            return
+                        evaluate_one(evaluator, item, device)
+            except Exception as e:  # the Evaluator itself failed to start on this device
+                with mutex:
+                    stats["harness_errors"].append(f"{device}: evaluator failed: {e}")
+
+        def evaluate_one(evaluator, item, device: str) -> None:
+            try:
+                job = prepare(item)
+                if job.preset is not None:
+                    result = job.preset
+                    result.device = result.device or device
+                else:
+                    result = evaluator.evaluate(job.problem, job.text, backend=job.backend)
+            except Exception as e:  # a harness bug or unreadable input, not a verdict: a rerun retries it
+                with mutex:
+                    stats["harness_errors"].append(f"{item_name(item)}: {type(e).__name__}: {e}")
+                progress.advance(task)
+                return
+            log.append({**job.keys, **result.to_dict()})
+            with mutex:
+                stats["evaluated"] += 1
+                stats["status_counts"][result.status.value] += 1
+                tally = " ".join(f"{s}={n}" for s, n in stats["status_counts"].most_common(3))
+            progress.update(task, advance=1, description=f"{label} [{tally}]")
+            if verbose:
+                speed = f" speedup {result.speedup:.2f}x" if result.timing_meaningful and result.speedup else ""
+                progress.console.print(f"{job.name}: {result.status.value}{speed}"
+                                       f"{' - ' + result.error[:120] if result.error else ''}")
+
+        threads = [threading.Thread(target=worker, args=(d,), name=f"eval-{d}", daemon=True) for d in devices]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(timeout=0.5)
+        except KeyboardInterrupt:
+            stop.set()  # workers finish their current item; everything written so far is kept
+            raise
+
+
 def evaluate_run(cfg: EvalRunConfig) -> dict:
     """Evaluate what is missing; returns {"evaluated", "skipped", "harness_errors", "status_counts"}."""
-    from kbencheval.eval.harness import EvalConfig, Evaluator
-
     run = run_dir(cfg.runs_dir, cfg.run_name)
     manifest = read_json(run / MANIFEST)
     backend = cfg.backend or manifest.get("backend", "triton")
     problems = run_problems(run, manifest)
     devices = resolve_devices(cfg.device, cfg.num_gpus, cfg.cpu_workers)
-    eval_overrides = {k: v for k, v in (("trials", cfg.trials), ("timeout_s", cfg.timeout_s)) if v}
 
     with ResultsLog(run / RESULTS) as log:
         generations = [g for g in list_generations(run) if g[0] in problems]
@@ -101,68 +183,27 @@ def evaluate_run(cfg: EvalRunConfig) -> dict:
         if not todo:
             console.print(f"[green]{cfg.run_name}: all {len(generations)} generations already evaluated[/]")
             return stats
-        work: queue.Queue = queue.Queue()
-        for item in todo:
-            work.put(item)
-        stop = threading.Event()
-        mutex = threading.Lock()
+        def prepare(item):
+            key, sample, path = item
+            gen = Generation.from_dict(read_json(path))
+            keys = {"problem_key": gen.problem_key, "level": gen.level, "problem_id": gen.problem_id,
+                    "sample": gen.sample}
+            preset = None
+            if gen.error:  # the request failed: nothing to run
+                preset = EvalResult(status=Status.FORMAT_ERROR, problem=gen.problem_key,
+                                    error=f"generation failed: {gen.error}")
+            return EvalJob(keys, problems[key], gen.text, backend, preset, f"{gen.problem_key} #{gen.sample}")
 
-        with make_progress() as progress:
-            task = progress.add_task(f"eval {cfg.run_name} on {', '.join(sorted(set(devices)))}", total=len(todo))
-
-            def worker(device: str) -> None:
-                try:
-                    with Evaluator(EvalConfig(device=device, **eval_overrides)) as evaluator:
-                        while not stop.is_set():
-                            try:
-                                key, sample, path = work.get_nowait()
-                            except queue.Empty:
-                                return
-                            evaluate_one(evaluator, problems[key], path, backend, device)
-                except Exception as e:  # the Evaluator itself failed to start on this device
-                    with mutex:
-                        stats["harness_errors"].append(f"{device}: evaluator failed: {e}")
-
-            def evaluate_one(evaluator, problem: Problem, path: Path, backend: str, device: str) -> None:
-                try:
-                    gen = Generation.from_dict(read_json(path))
-                    if gen.error:  # the request failed: nothing to run
-                        result = EvalResult(status=Status.FORMAT_ERROR, problem=problem.key,
-                                            error=f"generation failed: {gen.error}", device=device)
-                    else:
-                        result = evaluator.evaluate(problem, gen.text, backend=backend)
-                except Exception as e:  # a harness bug or unreadable file, not a verdict: a rerun retries it
-                    with mutex:
-                        stats["harness_errors"].append(f"{path.parent.name}/{path.name}: {type(e).__name__}: {e}")
-                    progress.advance(task)
-                    return
-                log.append(make_record(gen, result))
-                with mutex:
-                    stats["evaluated"] += 1
-                    stats["status_counts"][result.status.value] += 1
-                    tally = " ".join(f"{s}={n}" for s, n in stats["status_counts"].most_common(3))
-                progress.update(task, advance=1, description=f"eval {cfg.run_name} [{tally}]")
-                if cfg.verbose:
-                    speed = f" speedup {result.speedup:.2f}x" if result.timing_meaningful and result.speedup else ""
-                    progress.console.print(f"{gen.problem_key} #{gen.sample}: {result.status.value}{speed}"
-                                           f"{' - ' + result.error[:120] if result.error else ''}")
-
-            threads = [threading.Thread(target=worker, args=(d,), name=f"eval-{d}", daemon=True) for d in devices]
-            for t in threads:
-                t.start()
-            try:
-                for t in threads:
-                    while t.is_alive():
-                        t.join(timeout=0.5)
-            except KeyboardInterrupt:
-                stop.set()  # workers finish their current sample; everything written so far is kept
-                raise
+        run_pool(todo, prepare, devices, cfg.eval, log, stats, label=f"eval {cfg.run_name}",
+                 verbose=cfg.verbose, item_name=lambda item: f"{item[2].parent.name}/{item[2].name}")
     return stats
 
 
 def main(argv: list[str] | None = None) -> int:
     def body() -> int:
-        cfg = load_config(EvalRunConfig, None, argv or [])
+        cfg = load_cli_config(EvalRunConfig, list(argv or []), USAGE, EXAMPLE, EVAL_ALIASES)
+        if cfg is None:  # --help
+            return 0
         require(cfg.run_name, "set run_name=NAME: the run folder written by `kbench generate`")
         stats = evaluate_run(cfg)
         counts = ", ".join(f"{s} {n}" for s, n in stats["status_counts"].most_common()) or "nothing new"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Callable
 
 from kbencheval.bench.common import cli_main, console, make_llm_client, make_progress, now_iso, require
 from kbencheval.bench.store import (
@@ -23,20 +24,16 @@ from kbencheval.bench.store import (
     run_dir,
     write_json_atomic,
 )
-from kbencheval.config import ConfigError, load_config, to_dict
+from kbencheval.bench.config import ClientConfig, DatasetConfig, load_cli_config
+from kbencheval.config import ConfigError, to_dict
 from kbencheval.dataset import Problem, load_problems
 
 
-@dataclasses.dataclass
-class GenerateConfig:
+@dataclasses.dataclass(kw_only=True)
+class GenerateConfig(ClientConfig, DatasetConfig):
     run_name: str = ""
     """Folder name under runs_dir; rerun with the same name to resume."""
     runs_dir: str = "runs"
-    dataset_src: str = "bundled"
-    """bundled | local | huggingface"""
-    dataset_path: str = ""
-    """KernelBench folder (local) or dataset id (huggingface; default ScalingIntelligence/KernelBench)."""
-    level: int = 1
     subset: list[int] = dataclasses.field(default_factory=list)
     """Problem ids to generate for, e.g. subset=[1,2,3]; empty means the whole level."""
     problem_range: list[int] = dataclasses.field(default_factory=list)
@@ -44,17 +41,14 @@ class GenerateConfig:
     num_samples: int = 1
     server_type: str = "openai"
     """openai | sglang | embedded | reference (the bundled reference solutions, as a baseline run)"""
-    model_name: str = ""
-    base_url: str = ""
-    api_key_env: str = ""
-    """Environment variable holding the API key (server_type=openai); default OPENAI_API_KEY."""
-    temperature: float = 0.7
-    top_p: float = 0.95
-    max_tokens: int = 4096
-    seed: int = 0
-    """Sample k uses seed + k."""
     prompt_style: str = "one_shot"
-    """zero_shot | one_shot | few_shot"""
+    """zero_shot | one_shot | few_shot | raicl (examples retrieved from raicl_index; alias prompt_option)"""
+    raicl_index: str = ""
+    """prompt_style=raicl: index folder from `kbench rag build`."""
+    raicl_k: int = 2
+    """prompt_style=raicl: retrieved examples per prompt."""
+    raicl_model: str = ""
+    """prompt_style=raicl: embedding model the index must have been built with; "" = the index's own."""
     backend: str = "triton"
     precision: str = ""
     """Optional precision note for the prompt (fp32, bf16, ...)."""
@@ -67,17 +61,26 @@ class GenerateConfig:
     verbose: bool = False
 
     def validate(self) -> None:
+        DatasetConfig.validate(self)
         if self.num_samples < 1:
             raise ConfigError(f"num_samples must be >= 1, got {self.num_samples}")
         if self.problem_range and len(self.problem_range) != 2:
             raise ConfigError(f"problem_range takes [first, last], got {self.problem_range}")
         if self.subset and self.problem_range:
             raise ConfigError("give subset=[...] or problem_range=[first,last], not both")
+        if self.raicl_k < 1:
+            raise ConfigError(f"raicl_k must be >= 1, got {self.raicl_k}")
 
+
+PROMPT_ALIASES = {"prompt_option": "prompt_style"}  # KernelBench's name
+
+USAGE = "kbench generate run_name=NAME [key=value ...]   (also scripts/generate_samples.py)"
+EXAMPLE = ("kbench generate run_name=qwen_l1 level=1 num_samples=4 server_type=openai "
+           "model_name=Qwen/Qwen3-8B base_url=http://127.0.0.1:30000/v1")
 
 # Changing one of these mid-run would mix two experiments in one folder (adding a level or problems is fine).
 _SAME_RUN_KEYS = ("dataset_src", "dataset_path", "server_type", "model_name", "prompt_style", "backend",
-                  "precision", "gpu_notes", "temperature", "top_p", "max_tokens", "seed")
+                  "precision", "gpu_notes", "temperature", "top_p", "max_tokens", "seed", "raicl_index", "raicl_k")
 
 
 def select_problems(cfg: GenerateConfig) -> list[Problem]:
@@ -108,9 +111,10 @@ def write_manifest(run: Path, cfg: GenerateConfig, problems: list[Problem]) -> N
     if path.exists():
         old = read_json(path)
         for key in _SAME_RUN_KEYS:
-            if old["config"].get(key) != getattr(cfg, key):
+            before = old["config"].get(key, getattr(GenerateConfig(), key))  # runs older than the key: its default
+            if before != getattr(cfg, key):
                 raise RunError(
-                    f"run {cfg.run_name} was generated with {key}={old['config'].get(key)!r}, not "
+                    f"run {cfg.run_name} was generated with {key}={before!r}, not "
                     f"{getattr(cfg, key)!r}; pick a new run_name or delete {run}"
                 )
         for entry in old["problems"]:
@@ -144,11 +148,13 @@ def missing_runs(run: Path, key: str, num_samples: int) -> list[tuple[int, int]]
     return stretches
 
 
-def build_messages(cfg: GenerateConfig, problem: Problem) -> list[dict]:
-    from kbencheval.prompts import build_prompt
+def prompt_builder_for(cfg) -> Callable[[str], list[dict]]:
+    """The prompt function of a generate/run-one config (opens the raicl index once)."""
+    from kbencheval.prompts import prompt_builder
 
-    return build_prompt(problem.source, backend=cfg.backend, style=cfg.prompt_style,
-                        precision=cfg.precision or None, gpu_notes=cfg.gpu_notes or None)
+    return prompt_builder(backend=cfg.backend, style=cfg.prompt_style, precision=cfg.precision or None,
+                          gpu_notes=cfg.gpu_notes or None, raicl_index=cfg.raicl_index, raicl_k=cfg.raicl_k,
+                          raicl_model=cfg.raicl_model)
 
 
 def completion_extra(c) -> dict:
@@ -188,7 +194,8 @@ def generate(cfg: GenerateConfig) -> dict:
     run = run_dir(cfg.runs_dir, cfg.run_name)
     problems = select_problems(cfg)
     write_manifest(run, cfg, problems)
-    messages = {p.key: build_messages(cfg, p) for p in problems}
+    build = prompt_builder_for(cfg)
+    messages = {p.key: build(p.source) for p in problems}
 
     # Work = (problem, first sample, count); items with the same (first, count) share seeds, so they batch.
     groups: dict[tuple[int, int], list[Problem]] = {}
@@ -255,7 +262,9 @@ def generate(cfg: GenerateConfig) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     def body() -> int:
-        cfg = load_config(GenerateConfig, None, argv or [])
+        cfg = load_cli_config(GenerateConfig, list(argv or []), USAGE, EXAMPLE, PROMPT_ALIASES)
+        if cfg is None:  # --help
+            return 0
         require(cfg.run_name, "set run_name=NAME: generations go to runs_dir/NAME/")
         if cfg.server_type == "reference":
             cfg.model_name = cfg.model_name or "reference-solutions"

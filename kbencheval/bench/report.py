@@ -24,12 +24,12 @@ from rich.table import Table
 from kbencheval.bench.common import cli_main, console, require, stdout
 from kbencheval.bench.metrics import FAST_P_THRESHOLDS, PASS_AT_K, STATUSES, fast_p, summarize, timed_speedup
 from kbencheval.bench.store import MANIFEST, RESULTS, RunError, list_generations, read_json, read_results, run_dir
-from kbencheval.config import ConfigError, load_config
+from kbencheval.config import ConfigError, config_help, load_config, wants_help
 
 UNTIMED = "untimed"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class ReportConfig:
     run_name: str = ""
     runs_dir: str = "runs"
@@ -39,8 +39,15 @@ class ReportConfig:
     """Where to write the HTML page; empty = runs/<name>/report.html."""
 
 
-def parse_args(argv: list[str]) -> ReportConfig:
-    """Accept both `RUN --json --html PATH` and key=value overrides."""
+USAGE = "kbench report RUN [--json] [--html PATH] [key=value ...]   (also scripts/benchmark_eval_analysis.py)"
+EXAMPLE = "kbench report qwen_l1 --json"
+
+
+def parse_args(argv: list[str]) -> ReportConfig | None:
+    """Accept both `RUN --json --html PATH` and key=value overrides; None after printing --help."""
+    if wants_help(argv):
+        print(config_help(ReportConfig, USAGE, EXAMPLE))
+        return None
     overrides, i = [], 0
     while i < len(argv):
         arg = argv[i]
@@ -291,6 +298,8 @@ td,th{{border:1px solid #ccc;padding:4px 10px;text-align:right}} figure{{display
 def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         cfg = parse_args(list(argv or []))
+        if cfg is None:
+            return 0
         run = run_dir(cfg.runs_dir, cfg.run_name)
         report = build_report(run)
         records = list(read_results(run / RESULTS)[0].values())

@@ -16,48 +16,46 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from kbencheval.bench.common import cli_main, make_llm_client, require, resolve_devices, stdout
-from kbencheval.config import ConfigError, load_config
+from kbencheval.bench.config import EVAL_ALIASES, ClientConfig, DatasetConfig, eval_config_field, load_cli_config
+from kbencheval.config import ConfigError
+from kbencheval.eval.harness import EvalConfig
 from kbencheval.eval.result import EvalResult, Status
 
 _STATUS_STYLE = {"correct": "bold green", "incorrect": "yellow", "rejected": "bold red"}
 
 
-@dataclasses.dataclass
-class RunOneConfig:
-    dataset_src: str = "bundled"
-    """bundled | local | huggingface"""
-    dataset_path: str = ""
-    """KernelBench folder (local) or dataset id (huggingface)."""
-    level: int = 1
+@dataclasses.dataclass(kw_only=True)
+class RunOneConfig(ClientConfig, DatasetConfig):
     problem_id: int = 1
-    server_type: str = "openai"
-    """openai | sglang | embedded"""
-    model_name: str = ""
-    base_url: str = ""
-    api_key_env: str = ""
-    """Environment variable holding the API key (server_type=openai); default OPENAI_API_KEY."""
     temperature: float = 0.0
     """0 = greedy, the usual choice for one sample."""
-    top_p: float = 0.95
-    max_tokens: int = 4096
-    seed: int = 0
     num_samples: int = 1
     prompt_style: str = "one_shot"
+    """zero_shot | one_shot | few_shot | raicl (alias prompt_option)"""
+    raicl_index: str = ""
+    """prompt_style=raicl: index folder from `kbench rag build`."""
+    raicl_k: int = 2
+    raicl_model: str = ""
+    """prompt_style=raicl: embedding model the index must have been built with; "" = the index's own."""
     backend: str = "triton"
     precision: str = ""
     gpu_notes: str = ""
     device: str = "auto"
-    """auto (first GPU, else CPU interpreter) | cpu | cuda | cuda:N"""
-    trials: int = 0
-    """Correctness trials (fresh seeded inputs each); 0 = the harness default."""
-    timeout_s: float = 0.0
-    """Evaluation limit in seconds; 0 = the harness default."""
+    """auto (first GPU, else CPU interpreter) | cpu | cuda | cuda:N; sets eval.device."""
     verbose: bool = False
     """Show the whole prompt and the evaluator's feedback and checks."""
+    eval: EvalConfig = eval_config_field()
+    """The evaluator (kbencheval.eval.harness.EvalConfig): eval.trials=3 eval.timing_mode=cuda_graph ..."""
 
     def validate(self) -> None:
+        DatasetConfig.validate(self)
         if self.num_samples < 1:
             raise ConfigError(f"num_samples must be >= 1, got {self.num_samples}")
+
+
+USAGE = "kbench run-one [key=value ...]   (also scripts/generate_and_eval_single_sample.py)"
+EXAMPLE = ("kbench run-one dataset_src=bundled level=1 problem_id=1 server_type=openai "
+           "base_url=http://127.0.0.1:30000/v1 model_name=my-model eval.trials=3")
 
 
 def _clip(text: str, lines: int) -> str:
@@ -83,7 +81,7 @@ def result_table(result: EvalResult, verbose: bool) -> Table:
         table.add_row("runtime", f"{result.runtime_us:.1f} us (reference {result.ref_runtime_us:.1f} us)")
     else:
         table.add_row("speedup", "not measured meaningfully on this device (CPU interpreter or not correct)")
-    table.add_row("device / sandbox", f"{result.device} / {result.sandbox}")
+    table.add_row("device / sandbox", f"{result.device} / {', '.join(result.sandbox)}")
     table.add_row("eval time", f"{result.eval_seconds:.1f} s")
     if result.error:
         table.add_row("error", result.error)
@@ -96,15 +94,14 @@ def result_table(result: EvalResult, verbose: bool) -> Table:
 
 
 def run_one(cfg: RunOneConfig) -> list[EvalResult]:
+    from kbencheval.bench.generate import prompt_builder_for
     from kbencheval.dataset import get_problem
-    from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.eval.harness import Evaluator
     from kbencheval.extract import extract_code
     from kbencheval.llm.base import SamplingParams
-    from kbencheval.prompts import build_prompt
 
     problem = get_problem(cfg.dataset_src, cfg.level, cfg.problem_id, path=cfg.dataset_path or None)
-    messages = build_prompt(problem.source, backend=cfg.backend, style=cfg.prompt_style,
-                            precision=cfg.precision or None, gpu_notes=cfg.gpu_notes or None)
+    messages = prompt_builder_for(cfg)(problem.source)
     stdout.rule(f"{problem.key}  ({cfg.dataset_src}, level {cfg.level})")
     show_prompt(messages, cfg.verbose)
 
@@ -118,9 +115,8 @@ def run_one(cfg: RunOneConfig) -> list[EvalResult]:
         client.close()
 
     device = resolve_devices(cfg.device)[0]
-    overrides = {k: v for k, v in (("trials", cfg.trials), ("timeout_s", cfg.timeout_s)) if v}
     results = []
-    with Evaluator(EvalConfig(device=device, **overrides)) as evaluator:
+    with Evaluator(dataclasses.replace(cfg.eval, device=device)) as evaluator:
         for k, completion in enumerate(completions):
             stdout.rule(f"sample {k}")
             if completion.error:
@@ -144,7 +140,10 @@ def run_one(cfg: RunOneConfig) -> list[EvalResult]:
 
 def main(argv: list[str] | None = None) -> int:
     def body() -> int:
-        cfg = load_config(RunOneConfig, None, argv or [])
+        cfg = load_cli_config(RunOneConfig, list(argv or []), USAGE, EXAMPLE,
+                              {**EVAL_ALIASES, "prompt_option": "prompt_style"})
+        if cfg is None:  # --help
+            return 0
         require(cfg.model_name, "set model_name=...: the served model id, or a local HF model for server_type=embedded")
         run_one(cfg)
         return 0

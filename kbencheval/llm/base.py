@@ -10,13 +10,45 @@ A failed request comes back as `Completion(error=...)` so one bad sample never s
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+from kbencheval.config import ConfigError
 
 SERVER_TYPES = ("openai", "sglang", "embedded")
 
 
 class LLMError(RuntimeError):
     """The generation setup is unusable; the message names the fix."""
+
+
+def encode_chat(tokenizer, messages: list[dict]) -> list[int]:
+    """Prompt token ids through the tokenizer's chat template, ready for the assistant's turn: the one
+    encoding engines, clients and smart's rollouts share, so a prompt is tokenized the same everywhere."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+class ModelPathError(LLMError, ConfigError):
+    """A model path that can only be local and does not exist (a config error too, for smart's CLI)."""
+
+
+def resolve_model_path(path: str, what: str = "model path") -> str:
+    """The one local-folder-versus-hub-id rule (engines, clients and smart's trainer all use it).
+
+    An existing folder is returned expanded. `org/name` and bare names such as `gpt2` are hub ids,
+    returned unchanged. A path that can only be local (starts with / . ~, or has more than one /)
+    and is missing raises ModelPathError with one line naming the fix.
+    """
+    if not path:
+        raise ModelPathError(f"{what} is empty; pass a local HF folder or hub id")
+    local = Path(path).expanduser()
+    if local.exists():
+        return str(local)
+    if path.startswith((".", "/", "~")) or path.count("/") > 1:
+        raise ModelPathError(f"{what} {path} does not exist; pass a local HF folder or hub id "
+                             "(python scripts/make_tiny_model.py --out DIR writes a tiny local one)")
+    return path
 
 
 @dataclasses.dataclass
@@ -48,7 +80,8 @@ class Completion:
     token_ids: list[int] | None = None
     """Generated token ids (including a final eos), when the backend exposes them."""
     logprobs: list[float] | None = None
-    """Per generated token: log_softmax of the unmodified logits (temperature 1), at the sampled id."""
+    """Per generated token: log_softmax(logits / temperature) at the sampled id (temperature 1 when
+    greedy), before top-p, as SGLang reports by default."""
     prompt_token_ids: list[int] | None = None
     finish_reason: str = ""
     """"stop" (eos), "length" (max_new_tokens) or whatever the server reported."""

@@ -6,19 +6,26 @@
 
 This is the rollout engine of the embedded (one machine) setup and the model behind `kbench serve`.
 The sampling loop is our own (not `model.generate`) so that we control exactly which logprob is
-reported: `logprobs[t] = log_softmax(logits_t)[token_t]` over the model's *unmodified* logits (as if
-temperature were 1, before top-p). A trainer that recomputes log_softmax(model(seq).logits) on the
-same sequence gets the same numbers (up to float noise), whatever temperature/top_p sampled it.
+reported: `logprobs[t] = log_softmax(logits_t / T)[token_t]`, the distribution the token was drawn
+from at temperature T (T = 1 for greedy), before top-p; SGLang reports the same by default. A
+trainer that recomputes log_softmax(model(seq).logits / T) on the same sequence gets the same numbers
+(up to float noise); with top_p < 1 the sampled distribution is the renormalised nucleus, which
+neither side reports, so RL refuses top_p < 1.
+
+Qwen3/Qwen2/Llama-shaped models decode through `fast_decode.FastDecoder` (static KV cache, batched
+counter-based sampling, a CUDA-graph decode step on GPUs); other architectures through their own HF
+forward with a DynamicCache. Both sample with the same per-row noise, so they draw the same tokens.
 """
 
 from __future__ import annotations
 
+import random
 import threading
-from pathlib import Path
 
 import torch
 
-from kbencheval.llm.base import Completion, LLMError, SamplingParams
+from kbencheval.llm.base import Completion, LLMError, SamplingParams, encode_chat, resolve_model_path
+from kbencheval.llm.fast_decode import SYNC_EVERY, FastDecoder, mix32, row_keys, sample_next, supports
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -33,28 +40,13 @@ def _resolve_dtype(dtype: str, device: str) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-def _check_model_path(model_path: str) -> str:
-    path = Path(model_path).expanduser()
-    if path.exists():
-        return str(path)
-    # Hub ids look like "org/name" (or a bare legacy name); anything else is a local path.
-    if model_path.startswith((".", "/", "~")) or model_path.count("/") > 1:
-        raise LLMError(f"model path {model_path} does not exist; pass a local HF folder or hub id")
-    return model_path
-
-
-def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Zero the tail of each row outside the smallest set whose mass reaches top_p."""
-    sorted_p, order = probs.sort(dim=-1, descending=True)
-    mass_before = sorted_p.cumsum(dim=-1) - sorted_p
-    sorted_p = sorted_p.masked_fill(mass_before >= top_p, 0.0)  # the top token always survives
-    return torch.zeros_like(probs).scatter(-1, order, sorted_p)
-
-
 class EmbeddedEngine:
-    """Implements `LLMClient` plus the weight-sync methods RL needs (`update_weights`, ...)."""
+    """Implements `LLMClient`. For RL and `kbench serve`'s weight route it also offers one thin hook,
+    `update_weights(state_dict, version)` plus `state_dict()`; how weights travel (object store,
+    disk) is decided by the caller (smart.rollout.engines, kbencheval.llm.serve)."""
 
-    def __init__(self, model_path: str, device: str = "cpu", dtype: str = "auto", max_batch_size: int = 16):
+    def __init__(self, model_path: str, device: str = "cpu", dtype: str = "auto", max_batch_size: int = 128,
+                 fast: bool = True, cuda_graphs: bool | None = None):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if device.startswith("cuda") and not torch.cuda.is_available():
@@ -64,7 +56,7 @@ class EmbeddedEngine:
         self.model_path = model_path
         self.device = torch.device(device)
         self.max_batch_size = max_batch_size
-        source = _check_model_path(model_path)
+        source = resolve_model_path(model_path)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(source)
             self.model = AutoModelForCausalLM.from_pretrained(source, dtype=_resolve_dtype(dtype, device))
@@ -76,6 +68,11 @@ class EmbeddedEngine:
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
         self.weights_version = 0
+        # Static KV cache + batched sampling for Qwen3/Qwen2/Llama shapes; CUDA graphs on GPUs by default.
+        graphs = self.device.type == "cuda" if cuda_graphs is None else cuda_graphs
+        if graphs and self.device.type != "cuda":
+            raise ValueError("cuda_graphs=True needs a CUDA device; leave it unset to use graphs where possible")
+        self._fast = FastDecoder(self.model, graphs) if fast and supports(self.model) else None
         self._lock = threading.RLock()  # one generation or weight update at a time (serve is threaded)
 
     def _eos_ids(self) -> set[int]:
@@ -92,8 +89,7 @@ class EmbeddedEngine:
     # ---- LLMClient ----
     def encode_chat(self, messages: list[dict]) -> list[int]:
         """Prompt token ids through the tokenizer's chat template, ready for the assistant's turn."""
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return encode_chat(self.tokenizer, messages)
 
     def chat(self, messages_batch: list[list[dict]], params: SamplingParams) -> list[list[Completion]]:
         prompts = [self.encode_chat(m) for m in messages_batch]
@@ -104,6 +100,8 @@ class EmbeddedEngine:
         return [flat[p * params.n:(p + 1) * params.n] for p in range(len(prompts))]
 
     def close(self) -> None:
+        if self._fast is not None:
+            self._fast.states.clear()  # static KV caches and captured graphs
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -134,67 +132,65 @@ class EmbeddedEngine:
         dev, batch = self.device, len(prompts)
         width = max(len(p) for p in prompts)
         # Left padding keeps every row's last prompt token in the last column.
-        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long, device=dev)
-        attn = torch.zeros((batch, width), dtype=torch.long, device=dev)
+        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((batch, width), dtype=torch.long)
         for i, ids in enumerate(prompts):
-            input_ids[i, width - len(ids):] = torch.tensor(ids, device=dev)
+            input_ids[i, width - len(ids):] = torch.tensor(ids)
             attn[i, width - len(ids):] = 1
+        input_ids, attn = input_ids.to(dev), attn.to(dev)
         # Positions count real tokens only, so a padded row sees the same RoPE phases as unpadded.
         positions = (attn.cumsum(-1) - 1).clamp(min=0)
-        gens = [None if s is None else torch.Generator(device=dev).manual_seed(s) for s in seeds]
-        eos = torch.tensor(sorted(self.eos_ids), device=dev)
+        # An unseeded row gets a fresh random seed: the same exact sampler, just not reproducible.
+        keys = row_keys([random.getrandbits(63) if s is None else s for s in seeds]).to(dev)
+        sampling = (float(params.temperature), float(params.top_p))
+        if self._fast is not None:
+            ids, logps, alive, hit = self._fast.generate(
+                input_ids, positions, attn, keys, params.max_new_tokens, sampling,
+                tuple(sorted(self.eos_ids)), self.pad_id, self.weights_version)
+        else:
+            ids, logps, alive, hit = self._hf_decode(input_ids, positions, attn, keys, params.max_new_tokens, sampling)
+        return self._completions(prompts, ids.tolist(), logps.tolist(), alive.tolist(), hit.tolist())
 
-        # Per-step results stay on the device; one host sync per step (the all-done check) instead
-        # of two per row, which on a GPU costs more than the decode step itself.
+    def _hf_decode(self, input_ids, positions, attn, keys, max_new_tokens: int, sampling: tuple):
+        """Any causal LM through its own forward and DynamicCache (architectures FastDecoder does not cover)."""
+        dev, batch = self.device, input_ids.shape[0]
+        vocab_keys = mix32(torch.arange(self.model.get_output_embeddings().weight.shape[0])).to(dev)
+        eos = torch.tensor(sorted(self.eos_ids), device=dev)
         step_ids, step_logps, step_alive = [], [], []
         done = torch.zeros(batch, dtype=torch.bool, device=dev)
-        hit_any = torch.zeros(batch, dtype=torch.bool, device=dev)
         cur_ids, cur_pos, past = input_ids, positions, None
-        for _ in range(params.max_new_tokens):
+        for t in range(max_new_tokens):
             out = self.model(input_ids=cur_ids, attention_mask=attn, position_ids=cur_pos,
                              past_key_values=past, use_cache=True, logits_to_keep=1)
             past = out.past_key_values
-            logits = out.logits[:, -1, :].float()
-            next_ids = self._sample(logits, params, gens)
+            next_ids, logp = sample_next(out.logits[:, -1, :].float(), *sampling, keys,
+                                         torch.tensor(t, device=dev), vocab_keys)
             step_ids.append(next_ids)
-            step_logps.append(torch.log_softmax(logits, dim=-1).gather(-1, next_ids[:, None])[:, 0])
+            step_logps.append(logp)
             step_alive.append(~done)
-            hit_eos = torch.isin(next_ids, eos) & ~done
-            hit_any |= hit_eos
-            done |= hit_eos
-            if bool(done.all()):
+            done = done | torch.isin(next_ids, eos)
+            if (t + 1) % SYNC_EVERY == 0 and bool(done.all()):
                 break
             cur_ids = torch.where(done, self.pad_id, next_ids)[:, None]
             cur_pos = cur_pos[:, -1:] + 1
             attn = torch.cat([attn, torch.ones((batch, 1), dtype=attn.dtype, device=dev)], dim=1)
-        ids_rows = torch.stack(step_ids, 1).tolist()
-        logp_rows = torch.stack(step_logps, 1).tolist()
-        alive_rows = torch.stack(step_alive, 1).tolist()
-        finished = hit_any.tolist()
+        return torch.stack(step_ids, 1), torch.stack(step_logps, 1), torch.stack(step_alive, 1), done
+
+    def _completions(self, prompts, ids_rows, logp_rows, alive_rows, finished) -> list[Completion]:
         completions = []
-        for i in range(batch):
+        for i, prompt in enumerate(prompts):
             keep = [t for t, alive in enumerate(alive_rows[i]) if alive]
             tokens = [ids_rows[i][t] for t in keep]
             completions.append(Completion(
                 text=self.tokenizer.decode(tokens, skip_special_tokens=True),
                 token_ids=tokens,
                 logprobs=[logp_rows[i][t] for t in keep],
-                prompt_token_ids=list(prompts[i]),
+                prompt_token_ids=list(prompt),
                 finish_reason="stop" if finished[i] else "length",
             ))
         return completions
 
-    @staticmethod
-    def _sample(logits: torch.Tensor, params: SamplingParams, gens: list) -> torch.Tensor:
-        if params.temperature == 0:
-            return logits.argmax(dim=-1)
-        probs = torch.softmax(logits / params.temperature, dim=-1)
-        if params.top_p < 1.0:
-            probs = _top_p_filter(probs, params.top_p)
-        # One generator per row: a row's draws depend on its own seed only.
-        return torch.cat([torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(gens)])
-
-    # ---- weights ----
+    # ---- weights: the thin hook RL engines and serve's /update_weights_from_disk use ----
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
@@ -214,14 +210,3 @@ class EmbeddedEngine:
                                      f"the model expects {tuple(target.shape)}")
                 target.data.copy_(value.to(device=target.device, dtype=target.dtype))
             self.weights_version = int(version)
-
-    def load_weights_from_disk(self, path: str, version: int | None = None) -> int:
-        """Load weights saved with save_pretrained (same architecture); returns the new version."""
-        from transformers import AutoModelForCausalLM
-
-        if not Path(path).expanduser().exists():
-            raise LLMError(f"model path {path} does not exist; pass a folder written by save_pretrained")
-        source = AutoModelForCausalLM.from_pretrained(str(Path(path).expanduser()), dtype=self.model.dtype)
-        new_version = self.weights_version + 1 if version is None else int(version)
-        self.update_weights(source.state_dict(), new_version)
-        return new_version

@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 
 import requests
 
-from kbencheval.llm.base import Completion, LLMError, SamplingParams
+from kbencheval.llm.base import Completion, LLMError, SamplingParams, encode_chat, resolve_model_path
 
 _LOCAL_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0", "::1")
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
@@ -185,17 +185,14 @@ class SGLangClient(_HTTPBase):
     def _load_tokenizer(model_name: str):
         from transformers import AutoTokenizer
 
-        from kbencheval.llm.embedded import _check_model_path  # same local-vs-hub rule as the engine
-
         try:
-            return AutoTokenizer.from_pretrained(_check_model_path(model_name))
+            return AutoTokenizer.from_pretrained(resolve_model_path(model_name))
         except OSError as exc:
             raise LLMError(f"could not load the tokenizer of {model_name} ({exc.__class__.__name__}); "
                            "server_type=sglang needs model_name = the served model's HF folder or hub id") from exc
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return encode_chat(self.tokenizer, messages)
 
     def generate_ids(self, prompt_ids: list[int], params: SamplingParams, seed: int | None = None) -> Completion:
         sampling = {"temperature": params.temperature, "top_p": params.top_p, "max_new_tokens": params.max_new_tokens}

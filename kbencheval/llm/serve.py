@@ -10,6 +10,8 @@ OpenAI and SGLang clients, `kbench run-one` and rollout code can be exercised wi
     POST /update_weights_from_disk    {"model_path": DIR} -> loads new weights in place
 
 Generation is serialized by the engine's lock; this is a test and small-scale server, not a fast one.
+The weight route exists only so smart's SGLang engine can be tested without SGLang: it mirrors
+SGLang's route of the same name and is a thin adapter over `EmbeddedEngine.update_weights`.
 """
 
 from __future__ import annotations
@@ -178,8 +180,24 @@ class Handler(BaseHTTPRequestHandler):
         path = body.get("model_path")
         if not isinstance(path, str) or not path:
             raise BadRequest("'model_path' (a folder written by save_pretrained) is required")
-        version = self.server.engine.load_weights_from_disk(path)
+        version = load_weights_from_disk(self.server.engine, path)
         return {"success": True, "message": f"loaded weights from {path}", "weights_version": version}
+
+
+def load_weights_from_disk(engine, path: str) -> int:
+    """Load a save_pretrained folder (same architecture) into the engine; returns the new version
+    (one more than now; the client keeps its own version label, as with SGLang)."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM
+
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        raise BadRequest(f"model path {path} does not exist; pass a folder written by save_pretrained")
+    source = AutoModelForCausalLM.from_pretrained(str(folder), dtype=engine.model.dtype)
+    new_version = engine.weights_version + 1
+    engine.update_weights(source.state_dict(), new_version)
+    return new_version
 
 
 class KBenchServer(ThreadingHTTPServer):
@@ -191,13 +209,15 @@ class KBenchServer(ThreadingHTTPServer):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="kbench serve", description="serve a local HF model over OpenAI and SGLang routes")
-    ap.add_argument("--model", required=True, help="local HF folder or hub id")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=30000)
-    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    ap.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16")
-    ap.add_argument("--threads", type=int, default=None,
+    ap = argparse.ArgumentParser(prog="kbench serve", description="serve a local HF model over OpenAI and SGLang routes",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                 epilog="example: kbench serve --model runs/tiny-model --port 30000 --threads 1")
+    ap.add_argument("--model", metavar="PATH", required=True, help="local HF folder or hub id")
+    ap.add_argument("--host", metavar="STR", default="127.0.0.1", help="address to listen on")
+    ap.add_argument("--port", metavar="INT", type=int, default=30000, help="port to listen on")
+    ap.add_argument("--device", metavar="STR", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--dtype", metavar="STR", default="auto", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16")
+    ap.add_argument("--threads", metavar="INT", type=int, default=None,
                     help="torch CPU threads; 1 is much faster for tiny models on a busy machine")
     ap.add_argument("--verbose", action="store_true", help="log every request")
     args = ap.parse_args(argv)

@@ -80,6 +80,8 @@ def grpo_loss(
     entropy_coef: float = 0.0,
     loss_agg: LossAgg = "token_mean",
     denom: float | None = None,
+    rollout_logprobs_BT: torch.Tensor | None = None,
+    tis_clip: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clipped policy-gradient loss with clip-higher, optional KL to a reference and entropy bonus.
 
@@ -89,11 +91,18 @@ def grpo_loss(
     with KL k1 = logp - logp_ref or k3 = exp(ref - logp) - (ref - logp) - 1 (Schulman's unbiased,
     always >= 0 estimator). Metrics use the same aggregation and `denom` as the loss, so micro-batch
     metrics computed with a shared denom add up to the full-batch value.
+
+    Truncated importance sampling (tis_clip > 0, as SLIME does): the rollout engine sampled from its
+    own numerics, not the trainer's, so the policy-gradient term of each token is weighted by
+    w = min(exp(old - rollout), tis_clip), detached (Yao et al., "Your efficient RL framework secretly
+    brings you off-policy RL training", 2025). KL and entropy terms are not weighted.
     """
     if kl_type not in ("k1", "k3"):
         raise ValueError(f"kl_type must be 'k1' or 'k3', got {kl_type!r}")
     if kl_coef > 0 and ref_logprobs_BT is None:
         raise ValueError("kl_coef > 0 needs reference logprobs: enable use_ref_model or set kl_coef=0")
+    if tis_clip > 0 and rollout_logprobs_BT is None:
+        raise ValueError("tis_clip > 0 needs the rollout engine's logprobs (rollout_logprobs_BT), or set tis_clip=0")
     if entropy_coef > 0 and entropy_BT is None:
         raise ValueError("entropy_coef > 0 needs entropy_BT: pass entropy_from_logits(...) or set entropy_coef=0")
     mask_BT = loss_mask_BT.to(logprobs_BT.dtype)
@@ -106,12 +115,19 @@ def grpo_loss(
     unclipped_BT = -adv_B1 * ratio_BT
     clipped_BT = -adv_B1 * torch.clamp(ratio_BT, 1.0 - eps_clip, 1.0 + eps_clip_high)
     pg_BT = torch.maximum(unclipped_BT, clipped_BT)
-    loss_BT = pg_BT
 
     def agg(x_BT: torch.Tensor) -> torch.Tensor:
         return aggregate(x_BT, mask_BT, loss_agg, denom)
 
     metrics: dict[str, float] = {}
+    if tis_clip > 0:
+        with torch.no_grad():
+            raw_BT = torch.exp(torch.where(on_BT, old_logprobs_BT - rollout_logprobs_BT, 0.0))
+            tis_BT = raw_BT.clamp(max=tis_clip)
+        pg_BT = pg_BT * tis_BT
+        metrics["tis_mean"] = agg(tis_BT).item()
+        metrics["tis_clip_frac"] = agg((raw_BT > tis_clip).to(mask_BT.dtype)).item()
+    loss_BT = pg_BT
     if ref_logprobs_BT is not None:
         log_ratio_BT = torch.where(on_BT, ref_logprobs_BT - logprobs_BT, 0.0)
         kl_BT = -log_ratio_BT if kl_type == "k1" else torch.exp(log_ratio_BT) - log_ratio_BT - 1.0

@@ -1,10 +1,11 @@
-"""The training actor group: data-parallel Ray actors, each wrapping a TorchTrainBackend.
+"""The training actor group: data-parallel Ray actors, each wrapping the configured backend.
 
-    group = TrainGroup(train_cfg, placement.actor)
-    metrics = group.train_grpo(samples, advantages, old_logprobs)   # every rank gets the full batch
+    group = TrainGroup("torch", train_cfg, placement.actor)
+    metrics = group.train_step(samples, normalize_std=True)   # advantages here, old logprobs in the backend
 
-Every rank receives the whole batch and takes its own token-balanced shard (the backend's plan),
-so loss denominators are global without extra communication. With several workers the actors form
+Every rank receives the whole batch (put in the object store once, read by every rank) and takes
+its own token-balanced shard (the backend's plan), so loss denominators are global without extra
+communication. With several workers the actors form
 a torch.distributed group (NCCL on GPU, gloo on CPU) and the backend shards the model with FSDP2.
 """
 
@@ -12,17 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 import ray
 
-from smart.backends.torch import TorchTrainBackend, TrainConfig
+from smart.backends import backend_class
 from smart.ray.placement import Slot
+from smart.rollout.filters import groups_of
 from smart.sample import Sample
 
 
 @ray.remote
 class TrainWorker:
-    def __init__(self, cfg: TrainConfig, rank: int, world_size: int, master: tuple[str, int] | None):
+    def __init__(self, backend: str, cfg: Any, rank: int, world_size: int, master: tuple[str, int] | None):
         if world_size > 1:
             import torch
             import torch.distributed as dist
@@ -30,7 +33,7 @@ class TrainWorker:
             os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0",
                               MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", rank=rank, world_size=world_size)
-        self.backend = TorchTrainBackend(cfg)
+        self.backend = backend_class(backend)(cfg)
 
     def call(self, method: str, *args, **kwargs):
         return getattr(self.backend, method)(*args, **kwargs)
@@ -49,24 +52,34 @@ def _free_port() -> tuple[str, int]:
 
 
 class TrainGroup:
-    def __init__(self, cfg: TrainConfig, slots: list[Slot]):
+    def __init__(self, backend: str, cfg: Any, slots: list[Slot]):
         n = len(slots)
         # Rank 0's node picks the rendezvous port; a tiny task scheduled on the same bundle finds one.
         master = ray.get(_free_port.options(**{**slots[0].options(), "num_gpus": 0, "num_cpus": 0}).remote()) if n > 1 else None
-        self.workers = [TrainWorker.options(**slot.options()).remote(cfg, rank, n, master) for rank, slot in enumerate(slots)]
+        self.workers = [TrainWorker.options(**slot.options()).remote(backend, cfg, rank, n, master) for rank, slot in enumerate(slots)]
         ray.get([w.weights_version.remote() for w in self.workers])  # surface construction errors here
+
+    @classmethod
+    def for_run(cls, cfg, slots: list[Slot]) -> "TrainGroup":
+        """The group a run config (RLConfig / SFTConfig) asks for: its `backend`, its `train:` section."""
+        rollout = getattr(cfg, "rollout", None)  # RL: the trainer scores tokens at the sampling temperature
+        return cls(cfg.backend, train_config_for(cfg.train, cfg.model_path, rollout and rollout.temperature), slots)
 
     def _all(self, method: str, *args, **kwargs) -> list:
         return ray.get([w.call.remote(method, *args, **kwargs) for w in self.workers])
 
     def compute_logprobs(self, samples: list[Sample]) -> list[list[float]]:
-        return self._all("compute_logprobs", samples)[0]
+        return self._all("compute_logprobs", ray.put(samples))[0]
 
     def train_sft(self, samples: list[Sample]) -> dict[str, float]:
-        return self._all("train_sft", samples)[0]
+        return self._all("train_sft", ray.put(samples))[0]
 
     def train_grpo(self, samples: list[Sample], advantages: list[float], old_logprobs: list[list[float]]) -> dict[str, float]:
-        return self._all("train_grpo", samples, advantages, old_logprobs)[0]
+        return self._all("train_grpo", ray.put(samples), advantages, old_logprobs)[0]
+
+    def train_step(self, samples: list[Sample], normalize_std: bool = True, group_by: str = "trajectory") -> dict[str, float]:
+        """One GRPO step on `samples`: group advantages here, old logprobs and the update inside each rank."""
+        return self._all("train_step", ray.put(samples), compute_advantages(samples, normalize_std, group_by))[0]
 
     def weights_ref(self) -> ray.ObjectRef:
         """Rank 0's full state dict, left in the object store (every rank must join the gather)."""
@@ -91,6 +104,24 @@ class TrainGroup:
             ray.kill(w)
 
 
-def train_config_for(train: TrainConfig, model_path: str) -> TrainConfig:
-    """The run's model_path is the one source of truth; the backend section may leave it empty."""
-    return dataclasses.replace(train, model_path=model_path)
+def train_config_for(train: Any, model_path: str, temperature: float | None = None) -> Any:
+    """The run's model_path (and, for RL, rollout.temperature) are the one source of truth; the
+    backend section may leave them unset."""
+    train = dataclasses.replace(train, model_path=model_path)
+    if temperature is not None and hasattr(train, "grpo"):
+        train.grpo = dataclasses.replace(train.grpo, temperature=temperature)
+    return train
+
+
+def compute_advantages(samples: list[Sample], normalize_std: bool, group_by: str = "trajectory") -> list[float]:
+    """GRPO advantages within each group (rollout.group_by: all turns of a prompt, or one turn index)."""
+    import torch
+
+    from smart.algo import group_advantages
+
+    adv_by_sample: dict[int, float] = {}
+    for group in groups_of(samples, group_by).values():
+        rewards = torch.tensor([float(s.reward) for s in group])
+        for s, a in zip(group, group_advantages(rewards, len(group), normalize_std).tolist()):
+            adv_by_sample[id(s)] = a
+    return [adv_by_sample[id(s)] for s in samples]

@@ -1,30 +1,31 @@
 """`RolloutManager`: one Ray actor that owns the engines, the data source and the eval pool.
 
     manager = RolloutManager.remote(cfg, placement.rollout)
-    samples, metrics = ray.get(manager.generate.remote(step))   # engines sample (multi-turn: eval too)
-    samples, metrics = ray.get(manager.reward.remote(samples))   # eval pool scores, presets shape
+    samples, metrics = ray.get(manager.rollout.remote(step))   # generate, evaluate, reward, returns
 
-Only `Sample`s cross its boundary. The generate, reward and filter hooks are plain functions named
-by dotted paths in the config.
+Only `Sample`s cross its boundary, once per step. Engines are whatever `rollout.engine` names
+(smart.rollout.engines); the generate and reward hooks are plain functions named by dotted paths.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import defaultdict
 
 import ray
 
-from kbencheval.llm.base import Completion, SamplingParams
+from kbencheval.eval.result import EvalResult
+from kbencheval.llm.base import Completion, SamplingParams, encode_chat
 from smart.algo import discounted_returns
+from smart.algo.overlong import apply_overlong
 from smart.config import RLConfig, load_plugin
 from smart.ray.placement import Slot
-from smart.reward.metrics import rollout_metrics
+from smart.reward.metrics import rollout_metrics, verdict_rates
 from smart.reward.pool import EvalPool
 from smart.reward.presets import preset_rewards
-from smart.rollout.data import DataSource, encode_prompt
-from smart.rollout.engine import EngineActor
-from smart.rollout.engines.sglang import SGLangEngineActor
+from smart.rollout.data import DataSource
+from smart.rollout.engines import engine_kind
 from smart.rollout.generate import RolloutContext, generate_multi_turn, generate_single_turn
 from smart.sample import Sample
 
@@ -35,24 +36,26 @@ class RolloutManager:
                  reward_slots: list[Slot] | None = None):
         from transformers import AutoTokenizer
 
-        from kbencheval.prompts import build_prompt, feedback_message
+        from kbencheval.prompts import feedback_message, prompt_builder
 
         self.cfg, self.rc = cfg, cfg.rollout
-        self.build_prompt = build_prompt
+        self.build_prompt = prompt_builder(backend=self.rc.backend, style=self.rc.prompt_style,
+                                           raicl_index=self.rc.raicl_index, raicl_k=self.rc.raicl_k,
+                                           raicl_model=self.rc.raicl_model)
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
-        self.data = DataSource(cfg.data)
+        self.data = DataSource(cfg.data, seed=cfg.seed)
+        self.groups_drawn = 0  # prompts drawn so far; each gets its own group_index
         if data_state:
             self.data.load_state(data_state)
-        if self.rc.engine == "sglang":  # the servers run elsewhere: the actors need no reserved slot
-            self.engines = [SGLangEngineActor.remote(url, cfg.model_path, self.rc.sglang_timeout_s) for url in self.rc.sglang_urls]
-        else:
-            device = "cuda" if cfg.cluster.num_gpus_per_worker else "cpu"
-            self.engines = [EngineActor.options(**slot.options()).remote(cfg.model_path, device) for slot in slots]
+            self.groups_drawn = data_state.get("groups_drawn", 0)  # group ids as an uninterrupted run numbers them
+        self.kind = engine_kind(self.rc.engine)
+        self.engines = self.kind.start(cfg, slots)
+        self.weights_version = 0  # the version the engines serve; stamped on every sample
         self.pool = EvalPool(cfg.reward, reward_slots)
         default_generate = generate_multi_turn if self.rc.max_turns > 1 else generate_single_turn
         self.generate_fn = load_plugin(self.rc.generate_fn, "rollout.generate_fn") if self.rc.generate_fn else default_generate
         self.reward_fn = load_plugin(cfg.reward.reward_fn, "reward.reward_fn") if cfg.reward.reward_fn else preset_rewards
-        self.calls = 0  # engine calls so far; varies the sampling seed between calls
+        self.step, self.calls = 0, 0  # engine calls within the step; with the step they set the sampling seed
         self.eval_seconds = 0.0
         self.gen_tokens = 0
         self.ctx = RolloutContext(self.rc, self.tokenizer, self._generate, self._evaluate, feedback_message)
@@ -62,7 +65,7 @@ class RolloutManager:
         params = SamplingParams(
             temperature=self.rc.temperature if temperature is None else temperature,
             top_p=self.rc.top_p, max_new_tokens=self.rc.max_new_tokens,
-            seed=self.rc.seed * 1_000_003 + self.calls * 10_007,
+            seed=sampling_seed(self.cfg.seed, self.step, self.calls),
         )
         self.calls += 1
         n = len(self.engines)
@@ -73,7 +76,7 @@ class RolloutManager:
         self.gen_tokens += sum(len(c.token_ids or []) for c in out)
         return out
 
-    def _evaluate(self, items: list[tuple[str, str]]) -> list[dict]:
+    def _evaluate(self, items: list[tuple[str, str]]) -> list[EvalResult]:
         t0 = time.perf_counter()
         jobs = [(self.data.by_key[key], text) for key, text in items]
         results = self.pool.evaluate(jobs, self.rc.backend)
@@ -83,22 +86,35 @@ class RolloutManager:
     def _new_samples(self, problems, group_size: int, start_group: int = 0) -> list[Sample]:
         samples = []
         for g, problem in enumerate(problems):
-            messages = self.build_prompt(problem.source, backend=self.rc.backend, style=self.rc.prompt_style)
-            ids = encode_prompt(self.tokenizer, messages)
+            messages = self.build_prompt(problem.source)
+            ids = encode_chat(self.tokenizer, messages)
             for _ in range(group_size):
                 samples.append(Sample(index=len(samples), group_index=start_group + g, problem_key=problem.key,
                                       prompt=messages, prompt_token_ids=list(ids)))
         return samples
 
-    # ---- the steps the training loop calls ----
-    def generate(self, step: int) -> tuple[list[Sample], dict]:
+    # ---- what the training loop calls ----
+    def rollout(self, step: int, n_prompts: int | None = None) -> tuple[list[Sample], dict]:
+        """Samples of n_prompts (default prompts_per_step) new prompts, generated, evaluated and
+        rewarded (reward = discounted return). A step may call it again to refill filtered groups."""
+        t0 = time.perf_counter()
+        samples, metrics = self.generate(step, n_prompts)
+        t1 = time.perf_counter()
+        samples, reward_metrics = self.reward(samples)
+        return samples, metrics | reward_metrics | {"time/generate": t1 - t0, "time/reward": time.perf_counter() - t1}
+
+    def generate(self, step: int, n_prompts: int | None = None) -> tuple[list[Sample], dict]:
+        """Samples for step `step` from the generate function, not yet rewarded (multi-turn ones are evaluated)."""
         t0 = time.perf_counter()
         self.eval_seconds, self.gen_tokens = 0.0, 0
-        problems = self.data.next_problems(self.rc.prompts_per_step)
-        samples = self.generate_fn(self.ctx, self._new_samples(problems, self.rc.n_samples_per_prompt, step * len(problems)))
+        if step != self.step:  # a refill round of the same step keeps counting, so it gets fresh seeds
+            self.step, self.calls = step, 0  # a resumed run draws what a fresh run would have drawn at this step
+        problems = self.data.next_problems(n_prompts or self.rc.prompts_per_step)
+        first_group, self.groups_drawn = self.groups_drawn, self.groups_drawn + len(problems)
+        samples = self.generate_fn(self.ctx, self._new_samples(problems, self.rc.n_samples_per_prompt, first_group))
         for i, s in enumerate(samples):
             s.index = i
-            s.metadata["step"] = step
+            s.weight_version = self.weights_version
         seconds = time.perf_counter() - t0
         gen_seconds = seconds - self.eval_seconds
         return samples, {
@@ -116,7 +132,10 @@ class RolloutManager:
         rewards = self.reward_fn(self.cfg.reward, samples)
         if len(rewards) != len(samples):
             raise ValueError(f"reward_fn returned {len(rewards)} rewards for {len(samples)} samples; return one per sample")
-        assign_returns(samples, [float(r) for r in rewards], self.rc.gamma)
+        rc = self.rc
+        rewards = apply_overlong(samples, [float(r) for r in rewards], rc.overlong, rc.max_new_tokens,
+                                 rc.overlong_buffer, rc.overlong_penalty)
+        assign_returns(samples, rewards, rc.gamma)
         return samples, {"time/reward_eval": self.eval_seconds, **rollout_metrics(samples)}
 
     def evaluate_heldout(self) -> dict:
@@ -126,18 +145,16 @@ class RolloutManager:
         samples = self._new_samples(self.data.heldout, 1)
         completions = self._generate([s.prompt_token_ids for s in samples], temperature=0.0)
         results = self._evaluate([(s.problem_key, c.text) for s, c in zip(samples, completions)])
-        n = len(results)
-        return {
-            "heldout/compile_rate": sum(bool(r.get("compiled")) for r in results) / n,
-            "heldout/correct_rate": sum(bool(r.get("correct")) for r in results) / n,
-            "heldout/problems": float(n),
-        }
+        rates = verdict_rates("heldout/", results)
+        return {k: rates[k] for k in ("heldout/compile_rate", "heldout/correct_rate")} | {"heldout/problems": float(len(results))}
 
-    def update_weights(self, weights: list[ray.ObjectRef] | str, version: int) -> list[int]:
-        """Embedded: `weights` is [ref], so the state dict stays in the object store until each engine
-        pulls it. SGLang: `weights` is the save_pretrained folder every server loads from disk."""
-        payload = weights if isinstance(weights, str) else weights[0]
-        return ray.get([e.update_weights.remote(payload, version) for e in self.engines])
+    def weight_targets(self) -> tuple:
+        """(this engine kind's WeightSink, the engine handles): what `sync_weights` pushes through."""
+        return self.kind.weights_sink(self.cfg), self.engines
+
+    def record_weights_version(self, version: int) -> None:
+        """Called by `sync_weights` once every engine serves `version`; later samples carry it."""
+        self.weights_version = version
 
     def weights_versions(self) -> list[int]:
         return ray.get([e.weights_version.remote() for e in self.engines])
@@ -146,12 +163,19 @@ class RolloutManager:
         return ray.get(self.engines[i].state_dict.remote())
 
     def data_state(self) -> dict:
-        return self.data.state()
+        return {**self.data.state(), "groups_drawn": self.groups_drawn}
 
     def shutdown(self) -> None:
         self.pool.close()
         for e in self.engines:
             ray.kill(e)
+
+
+def sampling_seed(run_seed: int, step: int, call: int) -> int:
+    """Base seed of one engine call (rows add their index): a function of the run seed, the step and the
+    call within the step only, so a resumed run samples like an uninterrupted one."""
+    digest = hashlib.sha256(f"{run_seed}:{step}:{call}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x3FFFFFFF  # rows add small offsets; stay below 2**31
 
 
 def _offset_seed(params: SamplingParams, offset: int) -> SamplingParams:
@@ -166,9 +190,9 @@ def assign_returns(samples: list[Sample], turn_rewards: list[float], gamma: floa
     """
     trajectories: dict = defaultdict(list)
     for s, r in zip(samples, turn_rewards):
-        s.metadata["turn_reward"] = r
-        trajectories[s.metadata.get("trajectory", ("single", s.index))].append(s)
+        s.turn_reward = r
+        trajectories[("single", s.index) if s.trajectory_id is None else s.trajectory_id].append(s)
     for turns in trajectories.values():
         turns.sort(key=lambda s: s.turn)
-        for s, ret in zip(turns, discounted_returns([s.metadata["turn_reward"] for s in turns], gamma)):
+        for s, ret in zip(turns, discounted_returns([s.turn_reward for s in turns], gamma)):
             s.reward = ret

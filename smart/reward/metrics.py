@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 
+from kbencheval.eval.result import EvalResult, Status
 from smart.sample import Sample, SampleStatus
 
 
@@ -19,26 +20,29 @@ def _stats(prefix: str, values: list[float]) -> dict[str, float]:
     }
 
 
-def _rates(prefix: str, samples: list[Sample]) -> dict[str, float]:
-    results = [s.eval_result or {} for s in samples]
+def verdict_rates(prefix: str, results: list[EvalResult | None]) -> dict[str, float]:
+    """Compile/correct/rejected/format-error shares; a missing verdict counts as none of them."""
     n = max(len(results), 1)
-    statuses = Counter(r.get("status", "none") for r in results)
+    statuses = Counter(r.status for r in results if r is not None)
     return {
-        f"{prefix}compile_rate": sum(bool(r.get("compiled")) for r in results) / n,
-        f"{prefix}correct_rate": sum(bool(r.get("correct")) for r in results) / n,
-        f"{prefix}rejected_rate": statuses["rejected"] / n,
-        f"{prefix}format_error_rate": statuses["format_error"] / n,
+        f"{prefix}compile_rate": sum(bool(r and r.compiled) for r in results) / n,
+        f"{prefix}correct_rate": sum(bool(r and r.correct) for r in results) / n,
+        f"{prefix}rejected_rate": statuses[Status.REJECTED] / n,
+        f"{prefix}format_error_rate": statuses[Status.FORMAT_ERROR] / n,
     }
+
+
+def _rates(prefix: str, samples: list[Sample]) -> dict[str, float]:
+    return verdict_rates(prefix, [s.eval_result for s in samples])
 
 
 def rollout_metrics(samples: list[Sample]) -> dict[str, float]:
     m: dict[str, float] = {"rollout/samples": float(len(samples))}
     m.update(_stats("reward", [s.reward for s in samples if s.reward is not None]))
-    turn_rewards = [s.metadata.get("turn_reward") for s in samples]
-    m.update(_stats("reward/turn_reward", [r for r in turn_rewards if r is not None]))
+    m.update(_stats("reward/turn_reward", [s.turn_reward for s in samples if s.turn_reward is not None]))
     m.update(_rates("eval/", samples))
-    speedups = [float(s.eval_result["speedup"]) for s in samples
-                if s.eval_result and s.eval_result.get("correct") and s.eval_result.get("speedup") is not None]
+    speedups = [float(s.eval_result.speedup) for s in samples
+                if s.eval_result and s.eval_result.correct and s.eval_result.speedup is not None]
     m.update(_stats("eval/speedup", speedups))
     if speedups:
         m["eval/fast_1_rate"] = sum(x > 1.0 for x in speedups) / len(samples)

@@ -1,11 +1,13 @@
 """The eval pool: Ray actors around kbencheval's Evaluator, with a per-candidate deadline.
 
-    pool = EvalPool(RewardConfig(num_workers=2, timeout_s=60))
-    results = pool.evaluate([(problem, llm_text), ...], backend="triton")   # EvalResult dicts, in order
+    pool = EvalPool(RewardConfig(num_workers=2, eval=EvalConfig(device="cpu", timeout_s=60)))
+    results = pool.evaluate([(problem, llm_text), ...], backend="triton")   # EvalResults, in order
 
-The Evaluator already sandboxes and times out candidates; the pool's deadline is the outer guard for
-anything that still hangs or kills a worker. Such a candidate gets a `timeout` / `runtime_error`
-result, its worker is replaced, and the rest of the step goes on.
+One deadline rule: the per-candidate limit is the evaluator's own (`reward.eval.timeout_s`), and the
+pool waits `eval.timeout_s + reward.deadline_margin_s` for a worker. A slow
+candidate therefore gets the evaluator's clean `timeout` verdict and its worker lives on; only a
+worker that stops answering altogether (a hang the evaluator could not cut, a crash) is replaced,
+its candidate scored `timeout` / `runtime_error`, and the rest of the step goes on.
 """
 
 from __future__ import annotations
@@ -16,23 +18,23 @@ import time
 import ray
 
 from kbencheval.dataset import Problem
+from kbencheval.eval.harness import EvalConfig
 from kbencheval.eval.result import EvalResult, Status
 from smart.config import RewardConfig
 
 
 @ray.remote(num_cpus=0)
 class EvalWorker:
-    def __init__(self, eval_fields: dict):
-        if str(eval_fields.get("device", "cpu")).startswith("cpu"):
+    def __init__(self, eval_cfg: EvalConfig):
+        if eval_cfg.on_cpu:
             os.environ["TRITON_INTERPRET"] = "1"  # Triton kernels run under the interpreter on CPU
-        from kbencheval.config import from_dict
-        from kbencheval.eval.harness import EvalConfig, Evaluator
+        from kbencheval.eval.harness import Evaluator
 
-        self.evaluator = Evaluator(from_dict(EvalConfig, eval_fields, where="reward.eval"))
+        self.evaluator = Evaluator(eval_cfg)
         self.evaluator.__enter__()
 
-    def evaluate(self, problem: Problem, text: str, backend: str) -> dict:
-        return self.evaluator.evaluate(problem, text, backend=backend).to_dict()
+    def evaluate(self, problem: Problem, text: str, backend: str) -> EvalResult:
+        return self.evaluator.evaluate(problem, text, backend=backend)
 
     def close(self) -> None:
         self.evaluator.__exit__(None, None, None)
@@ -44,18 +46,28 @@ class EvalPool:
         self.cfg, self.worker_cls, self.slots = cfg, worker_cls, slots
         self.workers = [self._spawn(i) for i in range(cfg.num_workers)]
         self.replaced = 0  # workers killed for a deadline or a crash, over the pool's life
+        self._restarts = [0] * cfg.num_workers  # fork server + judge restarts inside each worker's Evaluator
+        self._retired_restarts = 0
 
     def _spawn(self, i: int):
         options = self.slots[i].options() if self.slots else {"num_gpus": 0}
-        return self.worker_cls.options(**options).remote(dict(self.cfg.eval))
+        return self.worker_cls.options(**options).remote(self.cfg.eval)
+
+    def metrics(self) -> dict[str, float]:
+        """Over the pool's life: workers replaced, and processes each Evaluator restarted after they died."""
+        return {"eval/workers_replaced": float(self.replaced),
+                "eval/harness_restarts": float(self._retired_restarts + sum(self._restarts))}
 
     def _replace(self, i: int) -> None:
+        self._retired_restarts += self._restarts[i]
+        self._restarts[i] = 0
         ray.kill(self.workers[i], no_restart=True)
         self.workers[i] = self._spawn(i)
         self.replaced += 1
 
-    def evaluate(self, jobs: list[tuple[Problem, str]], backend: str) -> list[dict]:
-        results: list[dict | None] = [None] * len(jobs)
+    def evaluate(self, jobs: list[tuple[Problem, str]], backend: str) -> list[EvalResult]:
+        wait_for = self.cfg.eval.timeout_s + self.cfg.deadline_margin_s
+        results: list[EvalResult | None] = [None] * len(jobs)
         pending = list(range(len(jobs)))[::-1]
         inflight: dict = {}  # ref -> (job index, worker index, deadline)
         idle = list(range(len(self.workers)))
@@ -64,13 +76,14 @@ class EvalPool:
                 j, w = pending.pop(), idle.pop()
                 problem, text = jobs[j]
                 ref = self.workers[w].evaluate.remote(problem, text, backend)
-                inflight[ref] = (j, w, time.monotonic() + self.cfg.timeout_s)
+                inflight[ref] = (j, w, time.monotonic() + wait_for)
             wait_s = max(0.0, min(d for _, _, d in inflight.values()) - time.monotonic())
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=wait_s)
             for ref in ready:
                 j, w, _ = inflight.pop(ref)
                 try:
                     results[j] = ray.get(ref)
+                    self._restarts[w] = sum(results[j].checks.get("harness_restarts", {}).values())
                     idle.append(w)
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
                     cause = next((line for line in reversed(str(e).strip().splitlines()) if line.strip()), "")
@@ -83,7 +96,8 @@ class EvalPool:
                 if now >= deadline:
                     inflight.pop(ref)
                     results[j] = _failure(
-                        jobs[j][0], Status.TIMEOUT, f"evaluation took longer than reward.timeout_s={self.cfg.timeout_s:g}s"
+                        jobs[j][0], Status.TIMEOUT, f"the eval worker did not answer within reward.eval.timeout_s + "
+                        f"deadline_margin_s = {wait_for:g}s; worker replaced"
                     )
                     self._replace(w)
                     idle.append(w)
@@ -98,9 +112,6 @@ class EvalPool:
             ray.kill(w)
 
 
-def _failure(problem: Problem, status: Status, error: str) -> dict:
-    feedback = {
-        Status.TIMEOUT: "Your kernel did not finish within the time limit. Make sure every loop terminates.",
-        Status.RUNTIME_ERROR: "Evaluating your kernel crashed the evaluator.",
-    }[status]
-    return EvalResult(status=status, problem=problem.key, error=error, feedback=feedback).to_dict()
+def _failure(problem: Problem, status: Status, error: str) -> EvalResult:
+    # No feedback text here: kbencheval.prompts.feedback_message frames the status and error for the model.
+    return EvalResult(status=status, problem=problem.key, error=error)

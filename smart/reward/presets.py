@@ -1,4 +1,4 @@
-"""Reward shaping: an EvalResult (as a dict) -> a scalar.   pytest tests/test_smart_reward.py
+"""Reward shaping: an EvalResult -> a scalar.   pytest tests/test_smart_reward.py
 
 Presets, all with `rejected` (the candidate broke the rules) strictly lowest:
   tritonforge  0 format/backend failure, 0.1 compiles, 0.3 correct, + min(speedup - 1, cap) when faster
@@ -11,35 +11,34 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from kbencheval.eval.result import Status
+from kbencheval.eval.result import EvalResult, Status
 
 if TYPE_CHECKING:
     from smart.config import RewardConfig
     from smart.sample import Sample
 
 
-def _speedup(result: dict) -> float | None:
-    s = result.get("speedup")
-    return float(s) if s is not None and result.get("correct") else None
+def _speedup(result: EvalResult) -> float | None:
+    return float(result.speedup) if result.speedup is not None and result.correct else None
 
 
-def tritonforge_reward(result: dict, cfg: RewardConfig) -> float:
-    if result.get("correct"):
+def tritonforge_reward(result: EvalResult, cfg: RewardConfig) -> float:
+    if result.correct:
         s = _speedup(result)
         return 0.3 + (min(s - 1.0, cfg.speedup_cap) if s is not None and s > 1.0 else 0.0)
-    return 0.1 if result.get("compiled") else 0.0
+    return 0.1 if result.compiled else 0.0
 
 
-def kevin_reward(result: dict, cfg: RewardConfig) -> float:
-    if not result.get("correct"):
+def kevin_reward(result: EvalResult, cfg: RewardConfig) -> float:
+    if not result.correct:
         return 0.0
     return 0.3 + (_speedup(result) or 0.0)
 
 
-def staged_reward(result: dict, cfg: RewardConfig) -> float:
-    r = 0.0 if result["status"] == Status.FORMAT_ERROR.value else cfg.staged_format
-    r += cfg.staged_compile * bool(result.get("compiled"))
-    if result.get("correct"):
+def staged_reward(result: EvalResult, cfg: RewardConfig) -> float:
+    r = 0.0 if result.status == Status.FORMAT_ERROR else cfg.staged_format
+    r += cfg.staged_compile * result.compiled
+    if result.correct:
         r += cfg.staged_correct
         s = _speedup(result)
         if s is not None and s > 1.0:
@@ -47,19 +46,18 @@ def staged_reward(result: dict, cfg: RewardConfig) -> float:
     return r
 
 
-PRESETS: dict[str, Callable[[dict, "RewardConfig"], float]] = {
+PRESETS: dict[str, Callable[[EvalResult, "RewardConfig"], float]] = {
     "tritonforge": tritonforge_reward,
     "kevin": kevin_reward,
     "staged": staged_reward,
 }
 
 
-def shaped_reward(result: dict | None, cfg: RewardConfig) -> float:
+def shaped_reward(result: EvalResult | None, cfg: RewardConfig) -> float:
     """One candidate's reward; a missing result (generation failed) scores like a format error."""
     if result is None:
-        return PRESETS[cfg.preset]({"status": Status.FORMAT_ERROR.value}, cfg)
-    status = Status(result["status"])
-    if status == Status.REJECTED:
+        result = EvalResult(status=Status.FORMAT_ERROR)
+    if result.status == Status.REJECTED:
         return cfg.rejected_reward
     return PRESETS[cfg.preset](result, cfg)
 

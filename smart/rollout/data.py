@@ -1,7 +1,7 @@
 """Problems for RL with a train/held-out split, and SFT conversations turned into Samples.
 
-    ds = DataSource(DataConfig(source="bundled", levels=[1], heldout_fraction=0.2))
-    batch = ds.next_problems(2)         # deterministic order per epoch; state() / load_state() to resume
+    ds = DataSource(DataConfig(source="bundled", levels=[1], heldout_fraction=0.2), seed=0)
+    batch = ds.next_problems(2)         # a seeded order per epoch; state() / load_state() to resume
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from smart.sample import Sample, SampleStatus
 
 
 class DataSource:
-    def __init__(self, cfg: DataConfig):
+    def __init__(self, cfg: DataConfig, seed: int = 0):
+        """`seed` (the run's seed) orders the training problems; `cfg.split_seed` alone decides the split."""
         problems: list[Problem] = []
         for level in cfg.levels:
             problems += load_problems(cfg.source, level, path=cfg.path or None)
@@ -28,7 +29,7 @@ class DataSource:
             problems = [p for p in problems if p.key in cfg.problems]
         if not problems:
             raise ConfigError(f"no problems in data.source={cfg.source} levels={cfg.levels}; check data.levels / data.path")
-        self.cfg = cfg
+        self.cfg, self.seed = cfg, seed
         self.by_key = {p.key: p for p in problems}
         # Split by a hash of the key, so adding a problem never moves the others between splits.
         ranked = sorted(problems, key=lambda p: hashlib.sha256(f"{cfg.split_seed}:{p.key}".encode()).hexdigest())
@@ -39,7 +40,7 @@ class DataSource:
 
     def _order(self) -> list[Problem]:
         order = list(self.train)
-        random.Random(self.cfg.split_seed * 100003 + self.epoch).shuffle(order)
+        random.Random(self.seed * 100003 + self.epoch).shuffle(order)
         return order
 
     def next_problems(self, n: int) -> list[Problem]:
@@ -58,12 +59,6 @@ class DataSource:
 
     def load_state(self, state: dict) -> None:
         self.epoch, self.cursor = int(state["epoch"]), int(state["cursor"])
-
-
-def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
-    """Prompt ids exactly as the engine would see them: the chat template, ready for the assistant."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def conversation_to_sample(tokenizer, messages: list[dict], index: int = 0) -> Sample:
@@ -113,6 +108,8 @@ def load_sft_conversations(cfg: DataConfig, backend: str, prompt_style: str) -> 
     """JSONL of {"messages": [...]} rows, or each problem's prompt plus its reference solution."""
     if cfg.sft_jsonl:
         path = Path(cfg.sft_jsonl)
+        if path.is_dir():  # a dataset folder from `kbench corpus filter`
+            path = path / "train.jsonl"
         if not path.is_file():
             raise ConfigError(f"data.sft_jsonl={path} does not exist; give a JSONL file of {{\"messages\": [...]}} rows")
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -18,23 +18,24 @@ def keep_varied_rewards(group: list[Sample]) -> bool:
     return len(rewards) > 1
 
 
-def keep_all(group: list[Sample]) -> bool:
-    return True
-
-
-def groups_of(samples: list[Sample]) -> dict[int, list[Sample]]:
-    groups: dict[int, list[Sample]] = defaultdict(list)
+def groups_of(samples: list[Sample], by: str = "trajectory") -> dict:
+    """GRPO groups. by="trajectory": one per prompt (all turns of its trajectories together);
+    by="turn": one per (prompt, turn index), so turn t is compared only with other turns t."""
+    if by not in ("trajectory", "turn"):
+        raise ValueError(f"group_by must be 'trajectory' or 'turn', got {by!r}")
+    groups: dict = defaultdict(list)
     for s in samples:
-        groups[s.group_index].append(s)
+        groups[s.group_index if by == "trajectory" else (s.group_index, s.turn)].append(s)
     return dict(groups)
 
 
-def filter_groups(samples: list[Sample], filter_fn: Callable[[list[Sample]], bool] | None) -> tuple[list[Sample], int]:
+def filter_groups(samples: list[Sample], filter_fn: Callable[[list[Sample]], bool] | None,
+                  by: str = "trajectory") -> tuple[list[Sample], int]:
     """Keep whole groups that pass `filter_fn`; returns (kept samples, number of groups dropped)."""
     if filter_fn is None:
         return samples, 0
     kept, dropped = [], 0
-    for group in groups_of(samples).values():
+    for group in groups_of(samples, by).values():
         if filter_fn(group):
             kept += group
         else:

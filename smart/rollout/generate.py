@@ -28,10 +28,10 @@ class RolloutContext:
     tokenizer: object
     generate: Callable[[list[list[int]]], list[Completion]]
     """prompt token ids -> one Completion per row (engine batches, sampling params from cfg)."""
-    evaluate: Callable[[list[tuple[str, str]]], list[dict]]
-    """(problem_key, model text) pairs -> EvalResult dicts; never raises for a bad candidate."""
-    feedback: Callable[[dict], str]
-    """EvalResult dict -> the next user turn's text (kbencheval.prompts.feedback_message)."""
+    evaluate: Callable[[list[tuple[str, str]]], list[EvalResult]]
+    """(problem_key, model text) pairs -> EvalResults; never raises for a bad candidate."""
+    feedback: Callable[[EvalResult], str]
+    """EvalResult -> the next user turn's text (kbencheval.prompts.feedback_message)."""
 
 
 def apply_completion(sample: Sample, c: Completion, context_ids: list[int]) -> None:
@@ -46,8 +46,7 @@ def apply_completion(sample: Sample, c: Completion, context_ids: list[int]) -> N
         sample.loss_mask = [0] * len(sample.response_token_ids)
         sample.metadata["generation_error"] = c.error or "engine returned no tokens"
         sample.eval_result = EvalResult(
-            status=Status.FORMAT_ERROR, problem=sample.problem_key, error=f"generation failed: {c.error}"[:300]
-        ).to_dict()
+            status=Status.FORMAT_ERROR, problem=sample.problem_key, error=f"generation failed: {c.error}"[:300])
     else:
         sample.status = SampleStatus.COMPLETED if c.finish_reason == "stop" else SampleStatus.TRUNCATED
 
@@ -77,12 +76,11 @@ def turn_glue(tokenizer, feedback: str, ended_with_eos: bool) -> list[int]:
     return tokenizer(glue, add_special_tokens=False)["input_ids"]
 
 
-def is_done(result: dict, stop_speedup: float) -> bool:
+def is_done(result: EvalResult, stop_speedup: float) -> bool:
     """Correct and fast enough; with no timing (CPU interpreter) correct is enough."""
-    if not result.get("correct"):
+    if not result.correct:
         return False
-    speedup = result.get("speedup")
-    return speedup is None or speedup >= stop_speedup
+    return result.speedup is None or result.speedup >= stop_speedup
 
 
 def generate_multi_turn(ctx: RolloutContext, samples: list[Sample]) -> list[Sample]:
@@ -95,7 +93,7 @@ def generate_multi_turn(ctx: RolloutContext, samples: list[Sample]) -> list[Samp
     out: list[Sample] = []
     active = [(s, []) for s in samples]  # (trajectory start, ids after the first prompt)
     for s in samples:
-        s.metadata["trajectory"] = s.index
+        s.trajectory_id = s.index
     for turn in range(ctx.cfg.max_turns):
         if not active:
             break

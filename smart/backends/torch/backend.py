@@ -1,9 +1,11 @@
-"""TorchTrainBackend: the embedded trainer. A HF causal LM, AdamW, one optimizer step per call.
+"""TorchTrainBackend: the embedded trainer. A HF causal LM, AdamW.
 
     backend = TorchTrainBackend(TrainConfig(model_path="runs/tiny-model", lr=1e-4))
-    old = backend.compute_logprobs(samples)
-    metrics = backend.train_grpo(samples, advantages, old)
+    metrics = backend.train_step(samples, advantages)   # old logprobs once, num_steps_per_rollout updates
     engine.load_weights(backend.state_dict_for_sync(), version=backend.weights_version)
+
+Logprobs come from `scoring.score`: only the positions that matter are projected to the vocabulary,
+in chunks, at the rollout temperature (grpo.temperature); no [B, T, V] logits are ever materialised.
 
 Precision: master weights and Adam state are fp32; on GPU the forward runs in bf16 (autocast on one
 GPU, FSDP2's MixedPrecisionPolicy on several), on CPU everything is fp32.
@@ -19,20 +21,22 @@ with weight 0) so FSDP's collectives line up. Tested: 2 gloo ranks on CPU and 2 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from smart.algo import entropy_from_logits, grpo_loss, sft_loss, token_logprobs
+from kbencheval.llm.base import LLMError, resolve_model_path
+from smart.algo import aggregate
+from smart.backends.torch import grpo
 from smart.backends.torch.batching import MicroBatch, build_micro_batch, pack_micro_batches
-from smart.backends.torch.config import TrainConfig, missing_local_model
+from smart.backends.torch.config import TrainConfig
+from smart.backends.torch.scoring import score
+from smart.backends.torch.weights import WeightsMixin, seed_everything
 from smart.sample import Sample
 
 _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -45,18 +49,12 @@ class ModelPathError(ValueError):
 def load_causal_lm(path: str, dtype: torch.dtype, attn_implementation: str = "sdpa"):
     from transformers import AutoModelForCausalLM
 
-    if not path:
-        raise ModelPathError("model_path is empty; set model_path=<local HF model folder or hub id>")
-    local = Path(path).expanduser()
-    if missing_local_model(path):
-        raise ModelPathError(
-            f"model_path {path} does not exist; point model_path at a folder with config.json "
-            "(python scripts/make_tiny_model.py writes a tiny one) or at a Hugging Face hub id"
-        )
     try:
-        return AutoModelForCausalLM.from_pretrained(
-            str(local) if local.exists() else path, dtype=dtype, attn_implementation=attn_implementation
-        )
+        source = resolve_model_path(path, "model_path")
+    except LLMError as e:
+        raise ModelPathError(str(e)) from None
+    try:
+        return AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn_implementation)
     except OSError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelPathError(
@@ -70,7 +68,7 @@ def _dist_info() -> tuple[int, int]:
     return 0, 1
 
 
-class TorchTrainBackend:
+class TorchTrainBackend(WeightsMixin):
     def __init__(self, cfg: TrainConfig):
         cfg.validate()
         self.cfg = cfg
@@ -79,7 +77,7 @@ class TorchTrainBackend:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)  # NCCL and FSDP's mesh pick up the current device
         self.compute_dtype = _DTYPES.get(cfg.dtype) or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
-        torch.manual_seed(cfg.seed)
+        seed_everything(cfg.seed)
 
         self.model = load_causal_lm(cfg.model_path, torch.float32, cfg.attn_implementation).to(self.device)
         self.model.config.use_cache = False
@@ -167,15 +165,20 @@ class TorchTrainBackend:
         plan += [(filler, 0.0)] * (n - len(mine))
         return plan
 
-    def _logits(self, model, mb: MicroBatch) -> torch.Tensor:
-        with self._autocast():
-            out = model(input_ids=mb.input_ids_BT, attention_mask=mb.attention_mask_BT, use_cache=False)
-        return out.logits[:, :-1]
+    def _score(self, model, mb: MicroBatch, mask_BT: torch.Tensor, entropy: str = "none", temperature: float | None = None):
+        """Logprobs at mask_BT's positions at grpo.temperature, in chunks (scoring.py): no full logits."""
+        t = self.cfg.grpo.temperature if temperature is None else temperature
+        return score(model, mb, mask_BT, temperature=t, chunk_tokens=self.cfg.logit_chunk_tokens,
+                     entropy=entropy, autocast=self._autocast)
 
     # ---- logprobs ------------------------------------------------------------------------------
     @torch.no_grad()
-    def compute_logprobs(self, samples: Sequence[Sample], use_ref: bool = False) -> list[list[float]]:
-        """Logprob of every response token (loss-masked ones included) under the current or reference model."""
+    def compute_logprobs(self, samples: Sequence[Sample], use_ref: bool = False,
+                         positions: str = "response") -> list[list[float]]:
+        """Logprob of every response token under the current or reference model, at grpo.temperature.
+
+        positions="loss" scores only loss-masked tokens (0.0 elsewhere): what GRPO's old logprobs need.
+        """
         if use_ref and self.ref_model is None:
             raise ValueError("compute_logprobs(use_ref=True) needs a reference model: set use_ref_model=true")
         model = self.ref_model if use_ref else self.model
@@ -185,7 +188,8 @@ class TorchTrainBackend:
         try:
             for idx, weight in self._plan(samples):
                 mb = build_micro_batch([samples[i] for i in idx], self.device)
-                lp = mb.gather(token_logprobs(self._logits(model, mb), mb.target_ids_BT))
+                mask = mb.loss_mask_BT if positions == "loss" else mb.response_mask_BT
+                lp = mb.gather(self._score(model, mb, mask).logprobs_BT)
                 if weight:
                     out.update(zip(idx, lp))
         finally:
@@ -203,8 +207,9 @@ class TorchTrainBackend:
         samples = self._trainable(samples, "train_sft")
         denom = float(sum(sum(s.loss_mask) for s in samples))
 
-        def loss_fn(mb: MicroBatch, idx: list[int], logits: torch.Tensor):
-            return sft_loss(logits, mb.target_ids_BT, mb.loss_mask_BT, denom=denom), {}
+        def loss_fn(mb: MicroBatch, idx: list[int]):
+            logprobs_BT = self._score(self.model, mb, mb.loss_mask_BT, temperature=1.0).logprobs_BT
+            return aggregate(-logprobs_BT, mb.loss_mask_BT, "token_mean", denom), {}
 
         return self._step(samples, loss_fn)
 
@@ -214,63 +219,18 @@ class TorchTrainBackend:
         advantages: Sequence[float] | torch.Tensor,
         old_logprobs: Sequence[Sequence[float]] | None = None,
     ) -> dict[str, float]:
-        """One optimizer step of the GRPO loss. `advantages` has one value per sample; `old_logprobs`
-        one list per sample (per response token), defaulting to the samples' rollout_logprobs.
-        Untrainable samples (FAILED, ABORTED, all-zero mask) are dropped with their advantages."""
-        advantages = [float(a) for a in advantages]
-        if old_logprobs is None:
-            old_logprobs = [s.rollout_logprobs for s in samples]
-        if not (len(advantages) == len(old_logprobs) == len(samples)):
-            raise ValueError(
-                f"train_grpo got {len(samples)} samples, {len(advantages)} advantages and {len(old_logprobs)} "
-                "old_logprobs lists; pass one advantage and one logprob list per sample"
-            )
-        for s, lp in zip(samples, old_logprobs):
-            if len(lp) != len(s.response_token_ids):
-                raise ValueError(
-                    f"sample {s.index}: {len(lp)} old logprobs for {len(s.response_token_ids)} response tokens; "
-                    "use compute_logprobs(samples) or the rollout's per-token logprobs"
-                )
-        keep = [i for i, s in enumerate(samples) if s.trainable]
-        samples = self._trainable(samples, "train_grpo")
-        advantages = [advantages[i] for i in keep]
-        old_logprobs = [old_logprobs[i] for i in keep]
-        g = self.cfg.grpo
-        if g.loss_agg == "token_mean":
-            denom = float(sum(sum(s.loss_mask) for s in samples))
-        else:
-            denom = float(len(samples))
+        """grpo.num_steps_per_rollout optimizer steps of the GRPO loss over this rollout (grpo.py).
 
-        def loss_fn(mb: MicroBatch, idx: list[int], logits: torch.Tensor):
-            logprobs = token_logprobs(logits, mb.target_ids_BT)
-            old = mb.scatter([old_logprobs[i] for i in idx])
-            adv = torch.tensor([advantages[i] for i in idx], device=logits.device)
-            ref = None
-            if self.ref_model is not None:
-                with torch.no_grad():
-                    ref = token_logprobs(self._logits(self.ref_model, mb), mb.target_ids_BT)
-            if g.entropy_coef > 0:
-                entropy = entropy_from_logits(logits)
-            else:
-                with torch.no_grad():
-                    entropy = entropy_from_logits(logits)
-            return grpo_loss(
-                logprobs,
-                old,
-                adv,
-                mb.loss_mask_BT,
-                eps_clip=g.eps_clip,
-                eps_clip_high=g.eps_clip_high,
-                ref_logprobs_BT=ref,
-                kl_coef=g.kl_coef,
-                kl_type=g.kl_type,
-                entropy_BT=entropy,
-                entropy_coef=g.entropy_coef,
-                loss_agg=g.loss_agg,
-                denom=denom,
-            )
+        `advantages`: one per sample. `old_logprobs`: one list per sample (per response token); by
+        default the trainer computes them once, before the first step (the engine's with
+        grpo.use_rollout_logprobs). Untrainable samples (FAILED, ABORTED, all-zero mask) are dropped."""
+        return grpo.train_grpo(self, samples, advantages, old_logprobs)
 
-        return self._step(samples, loss_fn)
+    def train_step(self, samples: Sequence[Sample], advantages: Sequence[float]) -> dict[str, float]:
+        """One RL step on one rollout: old logprobs computed here once (or the engine's), then
+        grpo.num_steps_per_rollout GRPO updates. Reports logprob_mismatch_{mean,max}, the
+        engine-vs-trainer gap on trained tokens, and the importance weights when grpo.tis_clip > 0."""
+        return grpo.train_grpo(self, samples, advantages)
 
     def _trainable(self, samples: Sequence[Sample], who: str) -> list[Sample]:
         kept = [s for s in samples if s.trainable]
@@ -293,17 +253,20 @@ class TorchTrainBackend:
         self.optimizer.zero_grad(set_to_none=True)
         plan = self._plan(samples)
         sums: dict[str, float] = {"loss": 0.0}
+        maxima: dict[str, float] = {}
         for k, (idx, weight) in enumerate(plan):
             if self.fsdp:
                 # Reduce-scatter gradients once, after the last micro-batch.
                 self.model.set_requires_gradient_sync(k == len(plan) - 1)
             mb = build_micro_batch([samples[i] for i in idx], self.device)
-            logits = self._logits(self.model, mb)
-            loss, metrics = loss_fn(mb, idx, logits)
+            loss, metrics = loss_fn(mb, idx)
             (loss * (weight * self.world_size)).backward()
             sums["loss"] += weight * loss.item()
             for key, value in metrics.items():
-                sums[key] = sums.get(key, 0.0) + weight * value
+                if key.endswith("_max"):  # maxima combine by max, everything else adds up
+                    maxima[key] = max(maxima.get(key, -math.inf), value if weight else -math.inf)
+                else:
+                    sums[key] = sums.get(key, 0.0) + weight * value
 
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
@@ -324,10 +287,15 @@ class TorchTrainBackend:
             t = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=self.device)
             dist.all_reduce(t)
             sums = dict(zip(keys, t.tolist()))
+            for key in sorted(maxima):
+                m = torch.tensor(maxima[key], dtype=torch.float64, device=self.device)
+                dist.all_reduce(m, op=dist.ReduceOp.MAX)
+                maxima[key] = m.item()
         seconds = time.perf_counter() - t0
         tokens = sum(s.total_len for s in samples)
         return {
             **sums,
+            **maxima,
             "grad_norm": grad_norm,
             "lr": lr,
             "tokens": float(tokens),
@@ -337,81 +305,3 @@ class TorchTrainBackend:
             "skipped": float(skipped),
             "step": float(self.step),
         }
-
-    # ---- weights out ---------------------------------------------------------------------------
-    def _full_state_dict(self) -> dict[str, torch.Tensor]:
-        if not self.fsdp:
-            return dict(self.model.state_dict())
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        # Gathers the shards; with cpu_offload only rank 0 receives the tensors.
-        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-    def state_dict_for_sync(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-        """HF-named CPU copies of the weights (never views of the live parameters) for the engines.
-        On several ranks every rank must call it; rank 0 gets the tensors, the others an empty dict."""
-        return {
-            k: v.detach().to("cpu", dtype=dtype or v.dtype, copy=True) for k, v in self._full_state_dict().items()
-        }
-
-    def export_hf(self, path: str | Path) -> Path:
-        """save_pretrained the model (compute dtype) and, where model_path has one, its tokenizer."""
-        path = Path(path)
-        state = self.state_dict_for_sync(self.compute_dtype)
-        if self.rank == 0:
-            path.mkdir(parents=True, exist_ok=True)
-            self.model.save_pretrained(path, state_dict=state)
-            config = json.loads((path / "config.json").read_text())
-            config["dtype"] = str(self.compute_dtype).removeprefix("torch.")
-            (path / "config.json").write_text(json.dumps(config, indent=2))
-            tokenizer = self._tokenizer()
-            if tokenizer is not None:
-                tokenizer.save_pretrained(path)
-        return path
-
-    def _tokenizer(self):
-        local = Path(self.cfg.model_path).expanduser()
-        if local.is_dir() and not any((local / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
-            return None  # weights-only folder (e.g. a test model): nothing to export
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(str(local) if local.exists() else self.cfg.model_path)
-
-    # ---- checkpoints ---------------------------------------------------------------------------
-    def save_checkpoint(self, path: str | Path) -> Path:
-        """Model + optimizer (torch.distributed.checkpoint, sharded when FSDP) + step + LR schedule."""
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict
-
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        with _single_process_dcp():
-            dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(path / "state"))
-        if self.rank == 0:
-            torch.save({"step": self.step, "scheduler": self.scheduler.state_dict()}, path / "trainer.pt")
-        return path
-
-    def load_checkpoint(self, path: str | Path) -> None:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-        path = Path(path)
-        if not (path / "trainer.pt").is_file() or not (path / "state").is_dir():
-            raise ValueError(f"{path} is not a trainer checkpoint (no trainer.pt and state/); pass a folder written by save_checkpoint")
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        state = {"model": model_sd, "optimizer": optim_sd}
-        with _single_process_dcp():
-            dcp.load(state, checkpoint_id=str(path / "state"))
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-        meta = torch.load(path / "trainer.pt", weights_only=True)
-        self.step = int(meta["step"])
-        self.scheduler.load_state_dict(meta["scheduler"])
-
-
-@contextlib.contextmanager
-def _single_process_dcp():
-    # dcp warns that it "assumes a single process" when torch.distributed is off: that is our intent.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
-        yield

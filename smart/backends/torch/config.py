@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Literal
 
 from kbencheval.config import ConfigError
@@ -24,12 +23,34 @@ class GRPOConfig:
     """entropy bonus, subtracted from the loss"""
     loss_agg: Literal["token_mean", "seq_mean"] = "token_mean"
     """token_mean: every trained token weighs the same; seq_mean: every sample weighs the same"""
+    num_steps_per_rollout: int = 1
+    """optimizer steps (mini-batches) per rollout batch. Old logprobs are computed once, before the
+    first; from the second on the policy has moved, so the PPO ratio differs from 1 and clipping acts"""
+    use_rollout_logprobs: bool = False
+    """true: the engine's logprobs are the old logprobs (no trainer recompute; the ratio then also
+    absorbs the engine/trainer numerics gap). false: the trainer recomputes them once per rollout"""
+    tis_clip: float = 0.0
+    """truncated importance sampling (SLIME): weight each token's policy-gradient term by
+    min(exp(old - rollout logprob), tis_clip); 0 = off, 2 is SLIME's usual value"""
+    temperature: float = 1.0
+    """logits are divided by it before the log-softmax; `smart rl` sets it to rollout.temperature"""
+    log_entropy: bool = True
+    """compute the entropy metric (in chunks, no gradient); entropy_coef > 0 computes it regardless"""
 
     def validate(self) -> None:
         if not 0 <= self.eps_clip < 1 or self.eps_clip_high < 0:
             raise ConfigError(f"grpo.eps_clip must be in [0, 1) and eps_clip_high >= 0, got {self.eps_clip}, {self.eps_clip_high}")
         if self.kl_coef < 0 or self.entropy_coef < 0:
             raise ConfigError("grpo.kl_coef and grpo.entropy_coef must be >= 0")
+        if self.num_steps_per_rollout < 1:
+            raise ConfigError(f"grpo.num_steps_per_rollout must be >= 1, got {self.num_steps_per_rollout}")
+        if self.tis_clip < 0:
+            raise ConfigError(f"grpo.tis_clip must be >= 0 (0 = off), got {self.tis_clip}")
+        if self.tis_clip > 0 and self.use_rollout_logprobs:
+            raise ConfigError("grpo.tis_clip corrects trainer old logprobs towards the engine's; with "
+                              "use_rollout_logprobs=true there is nothing to correct: set one of them off")
+        if not self.temperature > 0:
+            raise ConfigError(f"grpo.temperature must be > 0 (sampled tokens are scored at it), got {self.temperature}")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -48,6 +69,9 @@ class TrainConfig:
     """max global grad norm; 0 disables clipping (the norm is still reported)"""
     micro_batch_tokens: int = 8192
     """token budget of one micro-batch, padding included (rows x longest row)"""
+    logit_chunk_tokens: int = 2048
+    """positions projected to the vocabulary at once; one chunk's fp32 logits are the peak (2048 x
+    151,936 x 4 B = 1.2 GB for Qwen3), recomputed in the backward pass"""
     dtype: Literal["auto", "bf16", "fp32"] = "auto"
     """compute dtype; auto = bf16 on GPU, fp32 on CPU. Master weights and Adam state stay fp32."""
     device: str = "auto"
@@ -57,18 +81,17 @@ class TrainConfig:
     """keep a frozen copy of the initial model for KL and reference logprobs"""
     gradient_checkpointing: bool = False
     attn_implementation: str = "sdpa"
+    save_optimizer: bool = True
+    """false: checkpoints hold weights, step and RNG only (Adam state is 2x the fp32 weights); a resumed
+    run then starts with fresh Adam moments"""
     grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
 
     def validate(self) -> None:
-        if self.micro_batch_tokens < 1:
-            raise ConfigError(f"micro_batch_tokens must be >= 1, got {self.micro_batch_tokens}")
+        if self.micro_batch_tokens < 1 or self.logit_chunk_tokens < 1:
+            raise ConfigError(f"micro_batch_tokens and logit_chunk_tokens must be >= 1, got "
+                              f"{self.micro_batch_tokens}, {self.logit_chunk_tokens}")
         if self.lr < 0 or self.weight_decay < 0 or self.grad_clip < 0 or self.warmup_steps < 0:
             raise ConfigError("lr, weight_decay, grad_clip and warmup_steps must be >= 0")
         if self.grpo.kl_coef > 0 and not self.use_ref_model:
             raise ConfigError("grpo.kl_coef > 0 needs a reference model: set use_ref_model=true or grpo.kl_coef=0")
-
-
-def missing_local_model(path: str) -> bool:
-    """A path that can only be local (not `org/name` hub id) and does not exist."""
-    looks_local = path.startswith(("/", ".", "~")) or path.count("/") != 1
-    return bool(path) and looks_local and not Path(path).expanduser().exists()
+        self.grpo.validate()

@@ -1,4 +1,4 @@
-"""`SGLangEngineActor`: one already-running SGLang server behind the rollout engine interface.
+"""`SGLangEngineActor`: one already-running SGLang server behind the `Engine` protocol.
 
     kbench serve --model runs/sft_tiny/hf --port 30000 --threads 1 &     # or python -m sglang.launch_server on a GPU
     smart rl configs/rl_tiny_cpu.yaml rollout.engine=sglang "rollout.sglang_urls=['http://127.0.0.1:30000']"
@@ -13,12 +13,16 @@ documented request fields and tested against `kbench serve`, not a real SGLang s
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
+import shutil
+from pathlib import Path
 
 import ray
 import requests
 
 from kbencheval.config import ConfigError
 from kbencheval.llm.base import Completion, SamplingParams
+from smart.rollout.engines import EngineKind
 
 
 class SGLangUnreachable(ConfigError):
@@ -65,7 +69,7 @@ class SGLangEngineActor:
                    for ids, seed in zip(prompt_ids_batch, seeds)]
         return [f.result() for f in futures]
 
-    def update_weights(self, model_path: str, version: int) -> int:
+    def push(self, model_path: str, version: int) -> int:
         """Load a save_pretrained folder into the server, then record `version` (returned)."""
         url = f"{self.base_url}/update_weights_from_disk"
         body = {"model_path": model_path, "weight_version": str(version)}
@@ -88,3 +92,35 @@ class SGLangEngineActor:
         raise EngineWeightsUnavailable(
             f"the SGLang engine at {self.base_url} cannot return its weights (SGLang has no route to read them); "
             "compare weights with rollout.engine=embedded")
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskWeights:
+    """The trainer writes a save_pretrained folder `folder/vNNNNNN` that every server loads; once all
+    serve it, older folders are removed. The folder must be visible to the servers."""
+
+    folder: str
+
+    def pack(self, trainer, version: int) -> str:
+        path = (Path(self.folder) / f"v{version:06d}").resolve()
+        trainer.export_hf(str(path))
+        return str(path)
+
+    def release(self, version: int) -> None:
+        for old in Path(self.folder).glob("v*"):
+            if old.name != f"v{version:06d}":
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def _preflight(cfg) -> None:
+    for url in cfg.rollout.sglang_urls:
+        check_server(url)
+
+
+def _start(cfg, slots: list) -> list:
+    # The servers run elsewhere: the actors only wait on HTTP and take no reserved slot.
+    return [SGLangEngineActor.remote(url, cfg.model_path, cfg.rollout.sglang_timeout_s) for url in cfg.rollout.sglang_urls]
+
+
+KIND = EngineKind(needs_slots=False, preflight=_preflight, start=_start,
+                  weights_sink=lambda cfg: DiskWeights(str(Path(cfg.out_dir) / "engine_weights")))

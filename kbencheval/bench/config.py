@@ -1,0 +1,75 @@
+"""Config pieces the bench commands share, so `kbench run-one`, `generate`, `eval` and smart's reward
+speak one vocabulary.
+
+    DatasetConfig   dataset_src, dataset_path, level            (KernelBench's flat keys)
+    ClientConfig    server_type, model_name, base_url, api_key_env, temperature, top_p, max_tokens, seed
+    eval: EvalConfig  the evaluator's full config, nested:      eval.timing_mode=cuda_graph eval.sandbox=bwrap
+
+The flat keys stay top-level (KernelBench users type `level=1 server_type=openai`); evaluator keys
+are nested under `eval.` and the old flat ones (`trials=`, `timeout_s=`) are aliases of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TypeVar
+
+from kbencheval.config import ConfigError, config_help, load_config, wants_help
+
+T = TypeVar("T")
+
+# Flat keys KernelBench-style commands accept, and the nested EvalConfig key each one sets.
+EVAL_ALIASES = {"trials": "eval.trials", "timeout_s": "eval.timeout_s", "timing_mode": "eval.timing_mode",
+                "baseline": "eval.baseline", "sandbox": "eval.sandbox", "iters": "eval.iters"}
+
+
+@dataclasses.dataclass(kw_only=True)
+class DatasetConfig:
+    dataset_src: str = "bundled"
+    """bundled | local | huggingface"""
+    dataset_path: str = ""
+    """KernelBench folder (local) or dataset id (huggingface; default ScalingIntelligence/KernelBench)."""
+    level: int = 1
+
+    def validate(self) -> None:
+        if self.dataset_src not in ("bundled", "local", "huggingface"):
+            raise ConfigError(f"dataset_src={self.dataset_src!r}: choose bundled, local or huggingface")
+
+
+@dataclasses.dataclass(kw_only=True)
+class ClientConfig:
+    server_type: str = "openai"
+    """openai | sglang | embedded"""
+    model_name: str = ""
+    """The served model id (or a local HF folder / hub id for server_type=embedded)."""
+    base_url: str = ""
+    api_key_env: str = ""
+    """Environment variable holding the API key (server_type=openai); default OPENAI_API_KEY."""
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_tokens: int = 4096
+    seed: int = 0
+    """Sample k uses seed + k."""
+
+
+def eval_config_field():
+    """`eval: EvalConfig` with the evaluator's defaults (device is set per worker from the command's `device=`)."""
+    from kbencheval.eval.harness import EvalConfig
+
+    return dataclasses.field(default_factory=EvalConfig)
+
+
+def load_cli_config(cls: type[T], argv: list[str], usage: str, example: str,
+                    aliases: dict[str, str] | None = None) -> T | None:
+    """key=value argv -> validated config, after renaming `aliases`. `--help` prints every key with its
+    type and default, and one example, then returns None (the command exits 0)."""
+    aliases = aliases or {}
+    if wants_help(argv):
+        print(config_help(cls, usage, example, aliases))
+        return None
+    renamed = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        renamed.append(f"{aliases[key]}={value}" if sep and key in aliases else arg)
+    return load_config(cls, None, renamed)
+

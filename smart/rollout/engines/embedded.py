@@ -1,0 +1,57 @@
+"""`EmbeddedEngineActor`: kbencheval's transformers `EmbeddedEngine` inside a Ray actor on the
+placement group. Weights travel through the Ray object store: rank 0's state dict is put there once
+and every engine copies it into its live model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ray
+
+from kbencheval.llm.base import Completion, SamplingParams
+from smart.rollout.engines import EngineKind
+
+
+@ray.remote
+class EmbeddedEngineActor:
+    def __init__(self, model_path: str, device: str = "cpu", dtype: str = "auto"):
+        import torch
+
+        torch.set_num_threads(1)  # engines share cores with the trainer and eval workers
+        from kbencheval.llm.embedded import EmbeddedEngine
+
+        self.engine = EmbeddedEngine(model_path, device=device, dtype=dtype)
+
+    def generate_ids(self, prompt_ids_batch: list[list[int]], params: SamplingParams) -> list[Completion]:
+        return self.engine.generate_ids(prompt_ids_batch, params)
+
+    def push(self, state_dict: dict, version: int) -> int:
+        self.engine.update_weights(state_dict, version)
+        return self.engine.weights_version
+
+    def weights_version(self) -> int:
+        return self.engine.weights_version
+
+    def state_dict(self) -> dict:
+        return {k: v.cpu() for k, v in self.engine.state_dict().items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectStoreWeights:
+    """The trainer's full state dict, left in the object store; each engine fetches it in `push`."""
+
+    def pack(self, trainer, version: int):
+        return trainer.weights_ref()
+
+    def release(self, version: int) -> None:
+        pass  # the object ref is freed when the last engine drops it
+
+
+def _start(cfg, slots: list) -> list:
+    device = "cuda" if cfg.cluster.num_gpus_per_worker else "cpu"
+    return [EmbeddedEngineActor.options(**slot.options()).remote(cfg.model_path, device) for slot in slots]
+
+
+KIND = EngineKind(needs_slots=True, preflight=lambda cfg: None, start=_start,
+                  weights_sink=lambda cfg: ObjectStoreWeights())

@@ -1,0 +1,84 @@
+"""The engine boundary: `sync_weights` packs once, pushes to every engine, checks versions, releases old
+weights; engine kinds are looked up by name.   pytest tests/test_smart_engines.py (local Ray, 2 CPUs)"""
+
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from kbencheval.config import ConfigError  # noqa: E402
+from smart.rollout.engines import engine_kind, sync_weights  # noqa: E402
+from smart.rollout.engines.sglang import DiskWeights  # noqa: E402
+
+
+@ray.remote(num_cpus=0)
+class FakeEngine:
+    def __init__(self, lag: int = 0):
+        self.version, self.lag, self.received = 0, lag, None
+
+    def push(self, weights, version):
+        self.received, self.version = weights, version - self.lag
+        return self.version
+
+    def got(self):
+        return self.received
+
+
+@ray.remote(num_cpus=0)
+class FakeManager:
+    def __init__(self, engines, folder):
+        self.engines, self.folder, self.recorded = engines, folder, None
+
+    def weight_targets(self):
+        return DiskWeights(self.folder), self.engines
+
+    def record_weights_version(self, version):
+        self.recorded = version
+
+    def recorded_version(self):
+        return self.recorded
+
+
+class FakeTrainer:
+    exports = 0
+
+    def weights_version(self):
+        return 3
+
+    def export_hf(self, path):
+        FakeTrainer.exports += 1
+        Path(path).mkdir(parents=True)
+        (Path(path) / "config.json").write_text("{}")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_sync_packs_once_pushes_everywhere_and_releases_old_weights(local_ray, tmp_path):
+    (tmp_path / "v000001").mkdir()
+    engines = [FakeEngine.remote(), FakeEngine.remote()]
+    manager = FakeManager.remote(engines, str(tmp_path))
+    FakeTrainer.exports = 0
+    assert sync_weights(FakeTrainer(), manager) == 3
+    assert FakeTrainer.exports == 1  # packed once for all engines
+    assert ray.get([e.got.remote() for e in engines]) == [str((tmp_path / "v000003").resolve())] * 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v000003"]
+    assert ray.get(manager.recorded_version.remote()) == 3  # later samples carry the new version
+
+
+def test_an_engine_that_misses_the_version_stops_the_sync(local_ray, tmp_path):
+    manager = FakeManager.remote([FakeEngine.remote(), FakeEngine.remote(lag=1)], str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"engines report weights versions \[3, 2\] after syncing version 3"):
+        sync_weights(FakeTrainer(), manager)
+    assert ray.get(manager.recorded_version.remote()) is None
+
+
+def test_engine_kinds_by_name():
+    assert engine_kind("embedded").needs_slots and not engine_kind("sglang").needs_slots
+    with pytest.raises(ConfigError, match="choose one of embedded, sglang"):
+        engine_kind("vllm")
