@@ -186,3 +186,87 @@ def write_sakana(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(sakana_rows(), schema=SAKANA_SCHEMA), folder / "level_1.parquet")
     return folder
+
+
+INDUCTOR_PYTORCH = '''import torch
+import torch.nn as nn
+
+
+class AddRelu(nn.Module):
+
+    def __init__(self):
+        super(AddRelu, self).__init__()
+
+    def forward(self, x, y):
+        return torch.relu(x + y)
+
+
+def get_inputs():
+    return [torch.rand([4, 4, 4, 4]), torch.rand([4, 4, 4, 4])]
+
+
+def get_init_inputs():
+    return [[], {}]
+'''
+
+# The Triton side as KernelBook publishes it: TorchInductor output with its runtime helpers.
+INDUCTOR_TRITON = '''import torch
+import triton
+import triton.language as tl
+from torch._inductor.runtime.triton_heuristics import grid
+from torch._C import _cuda_getCurrentRawStream as get_raw_stream
+from torch._inductor.runtime import triton_helpers
+from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
+import torch.nn as nn
+assert_size_stride = torch._C._dynamo.guards.assert_size_stride
+empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda
+reinterpret_tensor = torch._C._dynamo.guards._reinterpret_tensor
+
+
+@triton.jit
+def triton_poi_fused_add_relu_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+    xnumel = 256
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:]
+    xmask = xindex < xnumel
+    x0 = xindex
+    tmp0 = tl.load(in_ptr0 + x0, xmask)
+    tmp1 = tl.load(in_ptr1 + x0, xmask)
+    tmp2 = tmp0 + tmp1
+    tmp3 = tl.full([1], 0, tl.int32)
+    tmp4 = triton_helpers.maximum(tmp3, tmp2)
+    tl.store(out_ptr0 + x0, tmp4, xmask)
+
+
+def call(args):
+    arg0_1, arg1_1 = args
+    args.clear()
+    assert_size_stride(arg0_1, (4, 4, 4, 4), (64, 16, 4, 1))
+    assert_size_stride(arg1_1, (4, 4, 4, 4), (64, 16, 4, 1))
+    with torch.cuda._DeviceGuard(0):
+        torch.cuda.set_device(0)
+        buf0 = empty_strided_cuda((4, 4, 4, 4), (64, 16, 4, 1), torch.float32)
+        get_raw_stream(0)
+        triton_poi_fused_add_relu_0[grid(256)](arg0_1, arg1_1, buf0, 256, XBLOCK=128, num_warps=4, num_stages=1)
+        del arg0_1
+        del arg1_1
+    return reinterpret_tensor(buf0, (4, 4, 4, 4), (64, 16, 4, 1), 0),
+
+
+class AddReluNew(nn.Module):
+
+    def __init__(self):
+        super(AddReluNew, self).__init__()
+
+    def forward(self, input_0, input_1):
+        arg0_1 = input_0
+        arg1_1 = input_1
+        output = call([arg0_1, arg1_1])
+        return output[0]
+'''
+
+
+def inductor_row() -> dict:
+    return dict(python_code=INDUCTOR_PYTORCH, triton_code=INDUCTOR_TRITON, entry_point="AddRelu",
+                module_name="AddRelu", uuid=201, repo_name="someone/repo", synthetic=False, licenses=["MIT"],
+                stars=3, sha="0" * 40, repo_link="https://github.com/someone/repo/tree/" + "0" * 40)

@@ -153,3 +153,19 @@ def test_verify_on_gpu_kernelbook_and_sakana_cuda(tmp_path):
                              out=str(tmp_path / "sk_out"), device="cuda"))
     verdict = json.loads((tmp_path / "sk_out" / "verdicts.jsonl").read_text().splitlines()[0])
     assert not sk["harness_errors"] and verdict["status"] == "correct", verdict.get("error")
+
+
+def test_inductor_helpers_become_public_apis_and_the_row_verifies(tmp_path):
+    """KernelBook's real Triton side is Inductor output (torch._inductor imports, torch._C guards,
+    _DeviceGuard): as published it breaks the allowlist; normalised, the evaluator judges it correct."""
+    from kbencheval.corpus.inductor import normalise_inductor
+    from tests.corpus_fixtures import INDUCTOR_TRITON, inductor_row
+
+    assert "torch._inductor" in static_check(INDUCTOR_TRITON).reason
+    code = normalise_inductor(INDUCTOR_TRITON)
+    assert static_check(code).ok and "torch._" not in code and "tl.maximum(tmp3, tmp2)" in code
+    assert normalise_inductor("import torch\nx = 1\n") == "import torch\nx = 1\n"  # nothing to rewrite
+    kb = write_kernelbook(tmp_path / "kb", rows=[inductor_row()])
+    stats = verify(VerifyConfig(source="kernelbook", path=str(kb), out=str(tmp_path / "v"), device="cpu"))
+    verdict = json.loads((tmp_path / "v" / "verdicts.jsonl").read_text().splitlines()[0])
+    assert stats["evaluated"] == 1 and verdict["status"] == "correct", verdict

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 
+from kbencheval.corpus.inductor import normalise_inductor
 from kbencheval.corpus.records import CorpusError, CorpusRecord
 from kbencheval.dataset import Problem, ProblemError, parse_problem
 
@@ -79,7 +80,8 @@ def _kernelbook_candidate(record: CorpusRecord) -> str:
     if not new_cls:
         raise CorpusError(f"{record.id}: triton_code defines no '{wanted}' class (nor any *New class) to call ModelNew")
     split = _init_returns_args_and_kwargs(record.pytorch_source)  # the problem's constructor decides
-    return f"{record.kernel_source.rstrip()}\n\n\n{_adapter('ModelNew', new_cls, split)}"
+    kernel = normalise_inductor(record.kernel_source)  # Inductor's internal helpers -> public APIs
+    return f"{kernel.rstrip()}\n\n\n{_adapter('ModelNew', new_cls, split)}"
 
 
 class _RenameModel(ast.NodeTransformer):
