@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # bash scripts/run_rl.sh configs/rl_tiny_cpu.yaml [key=value ...]
+# DRIVER=async bash scripts/run_rl.sh configs/rl_tiny_cpu.yaml train.grpo.tis_clip=2   (smart rl-async: overlapped)
 # GRPO through `smart rl`. The shipped configs start from the SFT run's export (runs/sft_*/hf); when
 # that is missing the launcher says so and starts from the matching base model, building it if needed.
 source "$(dirname "$0")/_launcher_common.sh"
-[[ "${1:-}" == -h || "${1:-}" == --help ]] && exec "$PY" -m smart.cli rl --help  # every key, default and type
+case "${DRIVER:-sync}" in sync) CMD=rl ;; async) CMD=rl-async ;; *) echo "run_rl.sh: DRIVER=$DRIVER; use sync or async" >&2; exit 2 ;; esac
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && exec "$PY" -m smart.cli "$CMD" --help  # every key, default and type
 [[ $# -ge 1 ]] || { echo "usage: bash scripts/run_rl.sh CONFIG.yaml [key=value ...]" >&2; exit 2; }
 EXTRA=()
 MODEL=$(sed -n 's/^model_path: *//p' "$1")
@@ -13,4 +15,4 @@ if ! printf '%s\n' "${@:2}" | grep -q "^model_path=" && [[ "$MODEL" == runs/sft_
   [[ -f "$BASE/config.json" ]] || build_model "$BASE"
   EXTRA=(model_path=$BASE)
 fi
-exec "$PY" -m smart.cli rl "$@" "${EXTRA[@]}"
+exec "$PY" -m smart.cli "$CMD" "$@" "${EXTRA[@]}"

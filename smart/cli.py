@@ -2,6 +2,7 @@
 
     smart sft configs/sft_tiny_cpu.yaml [key=value ...]
     smart rl  configs/rl_tiny_cpu.yaml  [key=value ...]   (mode=rollout_only | train_only, replay_dir=...)
+    smart rl-async configs/rl_tiny_cpu.yaml train.grpo.tis_clip=2 [max_staleness=1] [key=value ...]
 
 Only dispatches, so `smart --help` stays fast (no torch or Ray import).
 """
@@ -14,6 +15,7 @@ import sys
 SUBCOMMANDS = {
     "sft": ("smart.sft", "supervised fine-tuning on conversations or reference solutions"),
     "rl": ("smart.train", "GRPO on kernel tasks: generate, reward, train, sync (and debug modes)"),
+    "rl-async": ("smart.train_async", "GRPO with step n+1's rollout overlapping step n's training (max_staleness, TIS)"),
 }
 
 
@@ -22,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: smart <command> CONFIG.yaml [key=value ...]\n\ncommands:")
         for name, (_, help_text) in SUBCOMMANDS.items():
-            print(f"  {name:<5} {help_text}")
+            print(f"  {name:<8} {help_text}")
         return 0
     name, rest = argv[0], argv[1:]
     if name not in SUBCOMMANDS:

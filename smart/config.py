@@ -207,6 +207,9 @@ class RLConfig:
     """Write the final policy as a HF folder to out_dir/hf."""
     seed: int = 0
     """Seeds the driver's RNGs, the order problems are drawn in and the engines' sampling seeds."""
+    max_staleness: int = 1
+    """`smart rl-async` only (`smart rl` is always 0): trainer updates a sample's weights may lag behind the
+    weights that train on it; step n+1 is generated while step n trains when >= 1. > 0 needs train.grpo.tis_clip > 0."""
     backend: str = "torch"
     """Training backend (smart.backends.BACKENDS); it decides what the `train:` section holds."""
     cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
@@ -232,6 +235,8 @@ class RLConfig:
                               "give one server URL per engine")
         if self.keep_last_n < 0:
             raise ConfigError("keep_last_n must be >= 0 (0 keeps every checkpoint)")
+        if self.max_staleness < 0:
+            raise ConfigError(f"max_staleness must be >= 0 (0 = on-policy, 1 = overlap one step), got {self.max_staleness}")
         if self.mode != "rollout_only":
             _check_on_policy_sampling(self.rollout, self.train)
 

@@ -6,7 +6,7 @@
     smart rl configs/rl_tiny_cpu.yaml replay_dir=RUN/rollouts            # replay saved rollouts
 
 Each step reads top to bottom as plain calls on actor handles; overlap of rollout and training
-belongs in a separate driver.
+is the separate driver smart/train_async.py (`smart rl-async`). Start-up and teardown: smart/session.py.
 """
 
 from __future__ import annotations
@@ -16,54 +16,19 @@ from pathlib import Path
 
 import ray
 
-from kbencheval.config import config_help, wants_help
-from smart.config import RLConfig, check_model_path, load_config, load_plugin
+from smart.config import RLConfig
 from smart.ray.actor_group import TrainGroup
-from smart.ray.placement import make_placement
-from smart.ray.rollout_manager import RolloutManager
-from smart.rollout.engines import engine_kind, sync_weights
+from smart.rollout.engines import sync_weights
 from smart.rollout.filters import filter_groups
 from smart.rollout.refill import fill_groups
-from smart.tracking import (PhaseTimer, Tracker, init_ray, latest_checkpoint, load_rollouts, read_run_state,
-                            replay_file, save_checkpoint, save_rollouts, seed_everything)
+from smart.session import rl_main, rl_session
+from smart.tracking import PhaseTimer, Tracker, load_rollouts, replay_file, save_checkpoint, save_rollouts
 
 
 def train(cfg: RLConfig) -> dict:
     """Run cfg.num_steps RL steps (resuming if a checkpoint exists); returns the last step's metrics."""
-    seed_everything(cfg.seed)
-    started_ray = init_ray(cfg.cluster)
-    out = Path(cfg.out_dir)
-    ckpt = latest_checkpoint(out) if cfg.resume else None
-    state = read_run_state(ckpt)
-    need_actor, need_rollout = cfg.mode != "rollout_only", cfg.mode != "train_only"
-    gpu_eval = cfg.reward.num_workers if cfg.reward.num_gpus_per_worker and need_rollout else 0
-    engines_need_slots = need_rollout and engine_kind(cfg.rollout.engine).needs_slots
-    placement = make_placement(cfg.cluster, need_actor, engines_need_slots, gpu_eval)
-    actor = TrainGroup.for_run(cfg, placement.actor) if need_actor else None
-    rollout = RolloutManager.remote(cfg, placement.rollout, state.get("data"), placement.reward) if need_rollout else None
-    if ckpt and actor:
-        actor.load_checkpoint(str(ckpt / "trainer"))
-    filter_fn = load_plugin(cfg.rollout.filter_fn, "rollout.filter_fn") if cfg.rollout.filter_fn else None
-    tracker = Tracker(out, cfg.num_steps, "rl")
-    if actor and rollout:
-        sync_weights(actor, rollout)  # engines start from the trainer's (possibly resumed) weights
-
-    metrics: dict = {}
-    try:
-        metrics = _loop(cfg, out, state["next_step"], actor, rollout, filter_fn, tracker)
-        if actor and cfg.export_hf:
-            actor.export_hf(str(out / "hf"))
-    finally:
-        tracker.close()
-        if rollout:
-            ray.get(rollout.shutdown.remote())
-            ray.kill(rollout)
-        if actor:
-            actor.shutdown()
-        ray.util.remove_placement_group(placement.pg)
-        if started_ray:
-            ray.shutdown()
-    return metrics
+    with rl_session(cfg) as run:
+        return _loop(cfg, run.out, run.start, run.actor, run.rollout, run.filter_fn, run.tracker)
 
 
 def _loop(cfg: RLConfig, out: Path, start: int, actor: TrainGroup | None, rollout, filter_fn, tracker: Tracker) -> dict:
@@ -107,20 +72,8 @@ def _loop(cfg: RLConfig, out: Path, start: int, actor: TrainGroup | None, rollou
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if wants_help(argv):
-        print(config_help(RLConfig, "smart rl CONFIG.yaml [key=value ...]   (or bash scripts/run_rl.sh ...)",
-                          "smart rl configs/rl_tiny_cpu.yaml rollout.max_turns=3 reward.preset=kevin num_steps=10"))
-        return 0
-    if not argv or argv[0].startswith("-"):
-        print("usage: smart rl CONFIG.yaml [key=value ...]  (smart rl --help lists every key)", file=sys.stderr)
-        return 2
-    cfg = load_config(RLConfig, argv[0], argv[1:])
-    if cfg.mode != "train_only":
-        check_model_path(cfg.model_path)
-        engine_kind(cfg.rollout.engine).preflight(cfg)  # one clear line before Ray starts
-    train(cfg)
-    return 0
+    return rl_main(sys.argv[1:] if argv is None else argv, "rl", train,
+                   "smart rl configs/rl_tiny_cpu.yaml rollout.max_turns=3 reward.preset=kevin num_steps=10")
 
 
 if __name__ == "__main__":

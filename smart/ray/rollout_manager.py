@@ -27,6 +27,7 @@ from smart.reward.presets import preset_rewards
 from smart.rollout.data import DataSource
 from smart.rollout.engines import engine_kind
 from smart.rollout.generate import RolloutContext, generate_multi_turn, generate_single_turn
+from smart.rollout.refill import fill_groups
 from smart.sample import Sample
 
 
@@ -50,7 +51,7 @@ class RolloutManager:
             self.groups_drawn = data_state.get("groups_drawn", 0)  # group ids as an uninterrupted run numbers them
         self.kind = engine_kind(self.rc.engine)
         self.engines = self.kind.start(cfg, slots)
-        self.weights_version = 0  # the version the engines serve; stamped on every sample
+        self.weights_version = 0  # the version the last sync_weights recorded; engines must serve it
         self.pool = EvalPool(cfg.reward, reward_slots)
         default_generate = generate_multi_turn if self.rc.max_turns > 1 else generate_single_turn
         self.generate_fn = load_plugin(self.rc.generate_fn, "rollout.generate_fn") if self.rc.generate_fn else default_generate
@@ -111,10 +112,14 @@ class RolloutManager:
             self.step, self.calls = step, 0  # a resumed run draws what a fresh run would have drawn at this step
         problems = self.data.next_problems(n_prompts or self.rc.prompts_per_step)
         first_group, self.groups_drawn = self.groups_drawn, self.groups_drawn + len(problems)
+        served = self._served_version()
         samples = self.generate_fn(self.ctx, self._new_samples(problems, self.rc.n_samples_per_prompt, first_group))
+        if self._served_version() != served:
+            raise RuntimeError(f"engines changed weights during step {step}'s generation (from version {served}); "
+                               "a driver must sync weights only between rollouts")
         for i, s in enumerate(samples):
             s.index = i
-            s.weight_version = self.weights_version
+            s.weight_version = served
         seconds = time.perf_counter() - t0
         gen_seconds = seconds - self.eval_seconds
         return samples, {
@@ -122,6 +127,16 @@ class RolloutManager:
             "perf/generate_tokens_per_s": self.gen_tokens / max(gen_seconds, 1e-9),
             "rollout/generated_tokens": float(self.gen_tokens),
         }
+
+    def fill(self, step: int) -> tuple[list[Sample], list[Sample], dict]:
+        """A whole step's batch in one call: rollout, then `fill_groups` (filter and refill) here, so a
+        driver that keeps this call in flight sees one atomic draw (smart/train_async.py)."""
+        t0 = time.time()
+        filter_fn = load_plugin(self.rc.filter_fn, "rollout.filter_fn") if self.rc.filter_fn else None
+        draw = lambda n: self.rollout(step, n)  # noqa: E731
+        kept, samples, metrics = fill_groups(draw, filter_fn, self.rc.prompts_per_step, self.rc.refill_max_rounds,
+                                             self.rc.group_by)
+        return kept, samples, metrics | {"clock/rollout_start": t0, "clock/rollout_end": time.time()}
 
     def reward(self, samples: list[Sample]) -> tuple[list[Sample], dict]:
         """Evaluate what has no EvalResult yet, shape rewards, then turn them into discounted returns."""
@@ -158,6 +173,14 @@ class RolloutManager:
 
     def weights_versions(self) -> list[int]:
         return ray.get([e.weights_version.remote() for e in self.engines])
+
+    def _served_version(self) -> int:
+        """The version every engine serves (what samples are stamped with); it must be the last one synced."""
+        versions = self.weights_versions()
+        if set(versions) != {self.weights_version}:
+            raise RuntimeError(f"engines serve weights versions {versions} but the last sync recorded "
+                               f"{self.weights_version}; weights reach engines only through sync_weights")
+        return self.weights_version
 
     def engine_state_dict(self, i: int = 0) -> dict:
         return ray.get(self.engines[i].state_dict.remote())
