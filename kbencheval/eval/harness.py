@@ -22,12 +22,13 @@ from pathlib import Path
 
 from kbencheval.dataset import Problem
 from kbencheval.eval.config import EvalConfig
+from kbencheval.eval.gate import DeviceGate
 from kbencheval.eval.protocol import CandidateJob, JudgeJob, Prepare, TimingSpec, decode, encode
 from kbencheval.eval.result import EvalResult, Status, feedback_text
 from kbencheval.eval.sandbox.env import scrub
 from kbencheval.eval.server import HarnessError, _Server, bwrap_args, bwrap_profile, bwrap_works  # noqa: F401
 from kbencheval.eval.seeds import RunSeeds
-from kbencheval.eval.session import Session, kill_group, tail, wait_gone
+from kbencheval.eval.session import Session, gate_window, kill_group, tail, wait_gone
 from kbencheval.extract import defines_model_new, extract_code, static_check
 
 __all__ = ["EvalConfig", "Evaluator", "HarnessError", "RunSeeds", "bwrap_works"]
@@ -67,7 +68,8 @@ class _Conn:
 
 
 class Evaluator:
-    """Evaluates candidates on one device, one at a time. Use one Evaluator per GPU for parallelism."""
+    """Evaluates candidates on one device, one at a time. Several Evaluators may share a GPU: their
+    correctness work overlaps, and `gate` lets only one of them time at once (kbencheval/eval/gate.py)."""
 
     def __init__(self, cfg: EvalConfig | None = None, *, hide_paths: list[str] | None = None):
         self.cfg = cfg or EvalConfig()
@@ -75,6 +77,8 @@ class Evaluator:
         self._scratch = Path(tempfile.mkdtemp(prefix="kbench-"))
         self._hide = hide_paths or []
         self._server = _Server(self.cfg, self._scratch, self._hide)
+        self.gate = DeviceGate(self.cfg.device_index)
+        """Shared with every Evaluator on the same physical device: correctness shares it, timing is alone."""
         self.restarts = {"fork_server": 0, "judge": 0}
         """Processes restarted after they died (a candidate's doing, or anything else), over this Evaluator's life."""
         self._judge_pid = self._judge_init = None
@@ -207,11 +211,12 @@ class Evaluator:
         stress = _stress_names(problem.input_domain) if cfg.stress_trials else []
         trials = seeds.correctness_trials(stress)
         prepare = Prepare(problem_source=problem.source, sizes=sizes, model_seeds=seeds.model, trials=trials)
-        try:
-            prep = self._judge_call(prepare)
-        except HarnessError:  # the judge died since the last candidate: once more with a fresh one
-            self._ensure_server()
-            prep = self._judge_call(prepare)
+        with self.gate.shared(gate_window(checks, "prepare")):
+            try:
+                prep = self._judge_call(prepare)
+            except HarnessError:  # the judge died since the last candidate: once more with a fresh one
+                self._ensure_server()
+                prep = self._judge_call(prepare)
         self._device_name = prep.get("device_name", self._device_name)
         if not prep.get("ok"):
             return EvalResult(Status.RUNTIME_ERROR, error=f"the reference itself failed: {prep.get('error')}",

@@ -52,21 +52,12 @@ class Session:
         try:
             self.expect(Ready)
             self.compiled = True
-            self.judge(self.ask(RunPhase(phase="trials", trials=trials)))
+            with self.ev.gate.shared(gate_window(self.checks, "trials")):  # Triton compiles here, on first call
+                self.judge(self.ask(RunPhase(phase="trials", trials=trials)))
             if not self.job.timing.enabled:
                 return EvalResult(Status.CORRECT, compiled=True, correct=True, checks=self.checks)
-            if self.job.timing.mode == "trusted":
-                return self.trusted_timing(seeds)
-            # Four timed calls, unknown to the candidate until now, whose outputs are checked too.
-            spot = sorted(random.SystemRandom().sample(range(cfg.iters), min(4, cfg.iters)))
-            post = self.ask(RunPhase(phase="timing", trials=list(seeds.post_timing),
-                                     timing_trials=list(seeds.timing), spot_checks=spot))
-            self.judge(post, where="after timing")
-            spot_outputs = self.expect(Outputs, "timing_spot")
-            if len(spot_outputs.items) > len(spot) or any(i.trial not in seeds.timing for i in spot_outputs.items):
-                raise ProtocolError("spot-checked outputs for inputs that were not timed")
-            self.judge(spot_outputs, expected=[i.trial for i in spot_outputs.items], where="in a timed call")
-            return correct_result(spot_outputs.timing, self.checks)
+            with self.ev.gate.exclusive(gate_window(self.checks, "timing")):
+                return self.trusted_timing(seeds) if self.job.timing.mode == "trusted" else self.eager_timing(seeds)
         except ProtocolError as e:
             return EvalResult(Status.REJECTED, compiled=self.compiled, checks=self.checks,
                               error=f"the worker broke the evaluation protocol: {e}")
@@ -75,6 +66,19 @@ class Session:
         finally:
             if self.watchdog:
                 self.watchdog.stop()
+
+    def eager_timing(self, seeds: RunSeeds) -> EvalResult:
+        """KernelBench-style timing in the worker; four timed calls, unknown to the candidate until now,
+        and a post-timing trial are checked by the judge."""
+        spot = sorted(random.SystemRandom().sample(range(self.ev.cfg.iters), min(4, self.ev.cfg.iters)))
+        post = self.ask(RunPhase(phase="timing", trials=list(seeds.post_timing),
+                                 timing_trials=list(seeds.timing), spot_checks=spot))
+        self.judge(post, where="after timing")
+        spot_outputs = self.expect(Outputs, "timing_spot")
+        if len(spot_outputs.items) > len(spot) or any(i.trial not in seeds.timing for i in spot_outputs.items):
+            raise ProtocolError("spot-checked outputs for inputs that were not timed")
+        self.judge(spot_outputs, expected=[i.trial for i in spot_outputs.items], where="in a timed call")
+        return correct_result(spot_outputs.timing, self.checks)
 
     def trusted_timing(self, seeds: RunSeeds) -> EvalResult:
         """Rounds of ROUND iterations, alternating the judge (reference) and the worker (candidate); fresh
@@ -200,6 +204,11 @@ class Session:
         if log_tail:
             error += f": {log_tail}"
         return EvalResult(Status.RUNTIME_ERROR, compiled=self.compiled, error=error[:600], checks=self.checks)
+
+
+def gate_window(checks: dict, phase: str) -> dict:
+    """Where the device gate records how long `phase` waited for the device and when it held it."""
+    return checks.setdefault("device_gate", {}).setdefault(phase, {})
 
 
 def correct_result(timing: dict | None, checks: dict) -> EvalResult:

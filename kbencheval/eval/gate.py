@@ -1,0 +1,80 @@
+"""One device, several Evaluators: correctness work shares the device, timing has it alone.
+
+    gate = DeviceGate("cuda:0")
+    with gate.shared():       # reference outputs, correctness trials: any number at once
+        ...
+    with gate.exclusive():    # timing: nothing else of ours runs on the device meanwhile
+        ...
+
+So a GPU can compile and check several candidates at once (compile needs no gate at all) while
+timings stay as undisturbed as with one Evaluator. The gate is a pair of `flock`s on files named
+after the physical device, so it holds across threads and processes (several Ray eval actors on one
+GPU, two `kbench eval` runs). Timing waits for the work already inside, and new shared work waits
+behind a waiting timer (a turnstile), so timing is never starved by a stream of correctness trials.
+Only trusted harness code takes the gate; candidates never see its files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+import time
+from pathlib import Path
+
+
+def physical_device_key(device: str) -> str:
+    """`cuda:N` as the machine names it: the N-th entry of CUDA_VISIBLE_DEVICES (an index or a UUID,
+    e.g. under Ray), so two processes that both call their GPU `cuda:0` share a gate only if it is the
+    same GPU. The harness never initialises CUDA, so this reads the environment, not the driver."""
+    if device == "cpu":
+        return "cpu"
+    index = int(device.partition(":")[2] or 0)
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", os.environ.get("HIP_VISIBLE_DEVICES", "")).split(",")
+               if v.strip()]
+    return "gpu-" + (visible[index] if index < len(visible) else str(index)).replace("/", "_")
+
+
+class DeviceGate:
+    def __init__(self, device: str, lock_dir: str | None = None):
+        root = Path(lock_dir or os.path.join(tempfile.gettempdir(), f"kbench-gates-{os.getuid()}"))
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        key = physical_device_key(device)
+        self.paths = {"turnstile": root / f"{key}.turnstile", "device": root / f"{key}.lock"}
+        for path in self.paths.values():
+            path.touch(mode=0o600, exist_ok=True)
+
+    def _open(self, name: str) -> int:
+        # One open file description per holder: flock locks belong to it, so threads of one process
+        # contend like separate processes do.
+        return os.open(self.paths[name], os.O_RDWR)
+
+    @contextlib.contextmanager
+    def _hold(self, mode: int, waited: dict | None):
+        t0 = time.monotonic()
+        turnstile, device = self._open("turnstile"), self._open("device")
+        try:
+            fcntl.flock(turnstile, fcntl.LOCK_EX)  # queue behind a timer that is already waiting
+            try:
+                fcntl.flock(device, mode)
+            finally:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+            if waited is not None:
+                waited["wait_s"] = round(time.monotonic() - t0, 4)
+                waited["start"] = time.monotonic()
+            yield
+        finally:
+            if waited is not None and "start" in waited:
+                waited["end"] = time.monotonic()
+            fcntl.flock(device, fcntl.LOCK_UN)
+            os.close(device)
+            os.close(turnstile)
+
+    def shared(self, waited: dict | None = None):
+        """Correctness work: shares the device with other shared holders. `waited` gets wait_s, start, end."""
+        return self._hold(fcntl.LOCK_SH, waited)
+
+    def exclusive(self, waited: dict | None = None):
+        """Timing: waits until the device is ours alone."""
+        return self._hold(fcntl.LOCK_EX, waited)

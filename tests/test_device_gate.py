@@ -1,0 +1,102 @@
+"""The device gate: correctness work overlaps, timing is alone, and a waiting timer is not starved."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kbencheval.eval.gate import DeviceGate, physical_device_key
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["start"] < b["end"] and b["start"] < a["end"]
+
+
+def test_shared_holders_overlap_and_the_exclusive_one_is_alone(tmp_path):
+    gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
+    windows = {}
+
+    def hold(name, side, seconds, delay=0.0):
+        time.sleep(delay)
+        windows[name] = {}
+        with getattr(gate, side)(windows[name]):
+            time.sleep(seconds)
+
+    threads = [threading.Thread(target=hold, args=(f"check{i}", "shared", 0.3)) for i in range(3)]
+    threads.append(threading.Thread(target=hold, args=("timing", "exclusive", 0.2, 0.05)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    checks = [windows[f"check{i}"] for i in range(3)]
+    assert _overlap(checks[0], checks[1]) or _overlap(checks[1], checks[2])  # correctness runs side by side
+    assert not any(_overlap(windows["timing"], c) for c in checks)  # timing had the device alone
+    assert windows["timing"]["wait_s"] > 0.1  # it waited for the checks already inside
+
+
+def test_a_waiting_timer_is_not_starved_by_a_stream_of_checks(tmp_path):
+    gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
+    stop = time.monotonic() + 3.0
+    timed = {}
+
+    def checker():
+        while time.monotonic() < stop:
+            with gate.shared():
+                time.sleep(0.05)
+
+    workers = [threading.Thread(target=checker) for _ in range(3)]
+    for w in workers:
+        w.start()
+    time.sleep(0.2)
+    with gate.exclusive(timed):
+        pass
+    for w in workers:
+        w.join(10)
+    assert timed["wait_s"] < 1.0  # behind the checks already inside, not behind every later one
+
+
+def test_gates_are_per_physical_device(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,GPU-abc")
+    assert physical_device_key("cuda:0") == "gpu-3" and physical_device_key("cuda:1") == "gpu-GPU-abc"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert physical_device_key("cuda:2") == "gpu-2" and physical_device_key("cpu") == "cpu"
+    first, other = DeviceGate("cuda:0", str(tmp_path)), DeviceGate("cuda:1", str(tmp_path))
+    with first.exclusive():
+        done = threading.Event()
+        threading.Thread(target=lambda: (other.exclusive().__enter__(), done.set()), daemon=True).start()
+        assert done.wait(2)  # another GPU's timer does not wait for this one
+
+
+@pytest.mark.slow
+def test_two_evaluators_on_one_device_never_time_while_the_other_checks(tmp_path):
+    """Two Evaluators on one (CPU) device evaluate concurrently; the timing window of each candidate
+    overlaps no correctness or timing window of the other's."""
+    from kbencheval.dataset import load_bundled
+    from kbencheval.eval.harness import EvalConfig, Evaluator
+
+    relu = next(p for p in load_bundled(1) if p.problem_id == 1)
+    text = "```python\n" + relu.solution_source + "```"
+    cfg = EvalConfig(device="cpu", trials=2, timing_on_cpu=True, iters=20, warmup=1, stress_trials=False)
+    results = {0: [], 1: []}
+
+    def run(k, ev):
+        for _ in range(3):
+            results[k].append(ev.evaluate(relu, text))
+
+    with Evaluator(cfg) as a, Evaluator(cfg) as b:
+        threads = [threading.Thread(target=run, args=(0, a)), threading.Thread(target=run, args=(1, b))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+    assert all(r.correct for rs in results.values() for r in rs), [r.error for rs in results.values() for r in rs]
+    windows = {k: [r.checks["device_gate"] for r in rs] for k, rs in results.items()}
+    for k, other in ((0, 1), (1, 0)):
+        for gate in windows[k]:
+            for theirs in windows[other]:
+                for phase in ("prepare", "trials", "timing"):
+                    assert not _overlap(gate["timing"], theirs[phase]), (k, phase)
+    shared_overlaps = sum(_overlap(g["trials"], t["trials"]) for g in windows[0] for t in windows[1])
+    print("correctness windows that overlapped:", shared_overlaps)
