@@ -204,7 +204,7 @@ def test_fleet_drops_dead_engines_then_fails_clearly(local_ray):
         restart_limited.check()
 
 
-@pytest.mark.slow  # two GRPO updates and a restarted embedded engine: ~60 s on 2 cores
+@pytest.mark.slow  # two GRPO updates and a restarted embedded engine: ~35 s on 2 cores
 def test_killed_embedded_engine_comes_back_with_the_trainers_weights(tiny_model, local_ray, tmp_path):
     import torch
 
