@@ -21,8 +21,9 @@ if [ -z "${TF_SYSTEM_TORCH:-}" ]; then
   $pip install -q "torch==$(sed -n 's/^torch==//p' constraints.txt)"
 fi
 # data: faiss-cpu + sentence-transformers for RA-ICL (their torch requirement is met by the torch above);
-# megatron: megatron-core + mbridge (no Transformer Engine), so the CPU conversion tests run in CI.
-$pip install -q -c constraints.txt -e ".[dev,data,megatron]"
+# megatron: megatron-core + mbridge (no Transformer Engine), so the CPU conversion tests run in CI;
+# sglang: sglang-router, so the router tests run against the real router in front of `kbench serve`.
+$pip install -q -c constraints.txt -e ".[dev,data,megatron,sglang]"
 # The candidate sandbox is built from kernel features (kbencheval/eval/sandbox, no package needed);
 # bubblewrap, where installed, adds an outer read-only-filesystem, no-network layer around it.
 if ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

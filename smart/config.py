@@ -124,12 +124,30 @@ class RolloutConfig:
     """engine=sglang: one base URL per engine (cluster.rollout_num_engines), e.g. http://10.0.0.2:30000."""
     sglang_timeout_s: float = 600.0
     """engine=sglang: per HTTP request (a generation or a weight load)."""
+    router: Literal["", "sglang"] = ""
+    """engine=sglang: "" sends generation straight to each of sglang_urls; "sglang" sends it through
+    sglang-router in front of them (weight loads still go to each server directly)."""
+    router_url: str = ""
+    """router=sglang: a running sglang-router to register sglang_urls with; "" starts one for the run."""
+    router_policy: Literal["round_robin", "cache_aware", "random", "power_of_two"] = "round_robin"
+    """router=sglang, router started by the run: how it spreads requests over the servers."""
+    health_timeout_s: float = 10.0
+    """Between steps each engine must answer a ping within this (0 = no check): a dead embedded engine is
+    restarted with the current weights, a dead SGLang server is dropped (and removed from the router)."""
+    max_engine_restarts: int = 3
+    """Restarts of dead embedded engines per run; past it a dead engine is dropped like a dead server."""
 
     def validate(self) -> None:
         if self.engine == "sglang" and not self.sglang_urls:
             raise ConfigError("rollout.engine=sglang needs rollout.sglang_urls=[http://HOST:PORT, ...] (one per engine)")
         if self.sglang_timeout_s <= 0:
             raise ConfigError("rollout.sglang_timeout_s must be > 0")
+        if self.router and self.engine != "sglang":
+            raise ConfigError(f"rollout.router={self.router} routes SGLang servers: set rollout.engine=sglang or rollout.router=''")
+        if self.router_url and not self.router:
+            raise ConfigError("rollout.router_url is only used with rollout.router=sglang: set it, or clear rollout.router_url")
+        if self.health_timeout_s < 0 or self.max_engine_restarts < 0:
+            raise ConfigError("rollout.health_timeout_s (0 = no check) and rollout.max_engine_restarts must be >= 0")
         if self.max_turns < 1:
             raise ConfigError("rollout.max_turns must be >= 1 (1 = single-turn)")
         if self.prompt_style == "raicl" and not self.raicl_index:

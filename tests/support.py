@@ -31,8 +31,13 @@ def free_port() -> int:
 
 
 class Served:
-    def __init__(self, url: str):
+    def __init__(self, url: str, proc: subprocess.Popen | None = None):
         self.url, self.log = url, ""  # log: the server's output, filled in once it has stopped
+        self.proc = proc  # the server process (tests kill it to play a crashed server)
+
+    def requests_served(self) -> int:
+        """POST /generate calls this server has answered (its /health counter)."""
+        return requests.get(f"{self.url}/health", timeout=5).json()["generate_requests"]
 
 
 @contextlib.contextmanager
@@ -42,7 +47,7 @@ def kbench_server(model: str, timeout_s: float = 120):
     proc = subprocess.Popen(
         [sys.executable, "-m", "kbencheval.cli", "serve", "--model", model, "--port", str(port), "--threads", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
-    served = Served(f"http://127.0.0.1:{port}")
+    served = Served(f"http://127.0.0.1:{port}", proc)
     deadline = time.time() + timeout_s
     try:
         while True:

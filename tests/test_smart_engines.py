@@ -33,8 +33,11 @@ class FakeManager:
     def weight_targets(self):
         return DiskWeights(self.folder), self.engines
 
-    def record_weights_version(self, version):
-        self.recorded = version
+    def record_weights_version(self, version, packed=None):
+        self.recorded, self.packed = version, packed
+
+    def recorded_packed(self):
+        return self.packed
 
     def recorded_version(self):
         return self.recorded
@@ -69,6 +72,8 @@ def test_sync_packs_once_pushes_everywhere_and_releases_old_weights(local_ray, t
     assert ray.get([e.got.remote() for e in engines]) == [str((tmp_path / "v000003").resolve())] * 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v000003"]
     assert ray.get(manager.recorded_version.remote()) == 3  # later samples carry the new version
+    # ...and the manager keeps what was pushed, for an engine restarted later
+    assert ray.get(manager.recorded_packed.remote()) == [str((tmp_path / "v000003").resolve())]
 
 
 def test_an_engine_that_misses_the_version_stops_the_sync(local_ray, tmp_path):
@@ -80,5 +85,6 @@ def test_an_engine_that_misses_the_version_stops_the_sync(local_ray, tmp_path):
 
 def test_engine_kinds_by_name():
     assert engine_kind("embedded").needs_slots and not engine_kind("sglang").needs_slots
+    assert engine_kind("embedded").on_dead == "restart" and engine_kind("sglang").on_dead == "drop"
     with pytest.raises(ConfigError, match="choose one of embedded, sglang"):
         engine_kind("vllm")

@@ -3,7 +3,7 @@
 Serves a local HF model (the `EmbeddedEngine`) over HTTP with the routes our clients use, so the
 OpenAI and SGLang clients, `kbench run-one` and rollout code can be exercised without SGLang:
 
-    GET  /health                      200 once the model is loaded
+    GET  /health                      200 once the model is loaded; weights_version, generate_requests
     GET  /v1/models                   the served model id (= --model)
     POST /v1/chat/completions         OpenAI format: messages, n, temperature, top_p, max_tokens, seed, logprobs
     POST /generate                    SGLang native: input_ids | text, sampling_params, return_logprob
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -95,7 +96,8 @@ class Handler(BaseHTTPRequestHandler):
 
     # ---- routes ----
     def health(self) -> dict:
-        return {"status": "ok", "weights_version": self.server.engine.weights_version}
+        return {"status": "ok", "weights_version": self.server.engine.weights_version,
+                "generate_requests": self.server.generate_requests}
 
     def models(self) -> dict:
         return {"object": "list", "data": [{"id": self.server.model_name, "object": "model", "owned_by": "kbench"}]}
@@ -127,6 +129,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def generate(self) -> dict | list:
         body = _json_body(self)
+        with self.server.count_lock:  # lets tests see how a router spread requests over servers
+            self.server.generate_requests += 1
         engine = self.server.engine
         prompts, single = self._generate_inputs(body, engine)
         sp = body.get("sampling_params") or {}
@@ -206,6 +210,7 @@ class KBenchServer(ThreadingHTTPServer):
     def __init__(self, address, engine, model_name: str, verbose: bool = False):
         super().__init__(address, Handler)
         self.engine, self.model_name, self.verbose = engine, model_name, verbose
+        self.generate_requests, self.count_lock = 0, threading.Lock()  # POST /generate calls served so far
 
 
 def main(argv: list[str] | None = None) -> int:

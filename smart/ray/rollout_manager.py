@@ -26,6 +26,7 @@ from smart.reward.pool import EvalPool
 from smart.reward.presets import preset_rewards
 from smart.rollout.data import DataSource
 from smart.rollout.engines import engine_kind
+from smart.rollout.health import EngineFleet
 from smart.rollout.generate import RolloutContext, generate_multi_turn, generate_single_turn
 from smart.rollout.refill import fill_groups
 from smart.sample import Sample
@@ -50,7 +51,7 @@ class RolloutManager:
             self.data.load_state(data_state)
             self.groups_drawn = data_state.get("groups_drawn", 0)  # group ids as an uninterrupted run numbers them
         self.kind = engine_kind(self.rc.engine)
-        self.engines = self.kind.start(cfg, slots)
+        self.fleet = EngineFleet(self.kind, cfg, slots)  # the engines, restarted or dropped when they die
         self.weights_version = 0  # the version the last sync_weights recorded; engines must serve it
         self.pool = EvalPool(cfg.reward, reward_slots)
         default_generate = generate_multi_turn if self.rc.max_turns > 1 else generate_single_turn
@@ -69,10 +70,11 @@ class RolloutManager:
             seed=sampling_seed(self.cfg.seed, self.step, self.calls),
         )
         self.calls += 1
-        n = len(self.engines)
+        engines = self.fleet.engines
+        n = len(engines)
         size = -(-len(prompt_ids) // n)
         chunks = [prompt_ids[i * size : (i + 1) * size] for i in range(n)]
-        refs = [e.generate_ids.remote(chunk, _offset_seed(params, i * size)) for i, (e, chunk) in enumerate(zip(self.engines, chunks)) if chunk]
+        refs = [e.generate_ids.remote(chunk, _offset_seed(params, i * size)) for i, (e, chunk) in enumerate(zip(engines, chunks)) if chunk]
         out = [c for part in ray.get(refs) for c in part]
         self.gen_tokens += sum(len(c.token_ids or []) for c in out)
         return out
@@ -107,6 +109,7 @@ class RolloutManager:
     def generate(self, step: int, n_prompts: int | None = None) -> tuple[list[Sample], dict]:
         """Samples for step `step` from the generate function, not yet rewarded (multi-turn ones are evaluated)."""
         t0 = time.perf_counter()
+        engine_metrics = self.fleet.check()  # between steps: dead engines are restarted or dropped
         self.eval_seconds, self.gen_tokens = 0.0, 0
         if step != self.step:  # a refill round of the same step keeps counting, so it gets fresh seeds
             self.step, self.calls = step, 0  # a resumed run draws what a fresh run would have drawn at this step
@@ -122,7 +125,7 @@ class RolloutManager:
             s.weight_version = served
         seconds = time.perf_counter() - t0
         gen_seconds = seconds - self.eval_seconds
-        return samples, {
+        return samples, engine_metrics | {
             "time/generate_eval": self.eval_seconds,  # multi-turn evaluates between turns
             "perf/generate_tokens_per_s": self.gen_tokens / max(gen_seconds, 1e-9),
             "rollout/generated_tokens": float(self.gen_tokens),
@@ -164,15 +167,22 @@ class RolloutManager:
         return {k: rates[k] for k in ("heldout/compile_rate", "heldout/correct_rate")} | {"heldout/problems": float(len(results))}
 
     def weight_targets(self) -> tuple:
-        """(this engine kind's WeightSink, the engine handles): what `sync_weights` pushes through."""
-        return self.kind.weights_sink(self.cfg), self.engines
+        """(this engine kind's WeightSink, the live engine handles): what `sync_weights` pushes through."""
+        self.fleet.check()  # an engine that died while the trainer stepped is replaced before the push
+        return self.kind.weights_sink(self.cfg), self.fleet.engines
 
-    def record_weights_version(self, version: int) -> None:
-        """Called by `sync_weights` once every engine serves `version`; later samples carry it."""
+    def record_weights_version(self, version: int, packed: list | None = None) -> None:
+        """Called by `sync_weights` once every engine serves `version` (pushed as packed[0]); later samples
+        carry it, and an engine restarted later is sent the same weights."""
         self.weights_version = version
+        self.fleet.record(version, packed[0] if packed else None)
+
+    def check_engines(self) -> dict:
+        """Ping every engine now (generate() does it each call); engines/alive, restarts, drops."""
+        return self.fleet.check()
 
     def weights_versions(self) -> list[int]:
-        return ray.get([e.weights_version.remote() for e in self.engines])
+        return ray.get([e.weights_version.remote() for e in self.fleet.engines])
 
     def _served_version(self) -> int:
         """The version every engine serves (what samples are stamped with); it must be the last one synced."""
@@ -183,15 +193,14 @@ class RolloutManager:
         return self.weights_version
 
     def engine_state_dict(self, i: int = 0) -> dict:
-        return ray.get(self.engines[i].state_dict.remote())
+        return ray.get(self.fleet.engines[i].state_dict.remote())
 
     def data_state(self) -> dict:
         return {**self.data.state(), "groups_drawn": self.groups_drawn}
 
     def shutdown(self) -> None:
         self.pool.close()
-        for e in self.engines:
-            ray.kill(e)
+        self.fleet.shutdown()
 
 
 def sampling_seed(run_seed: int, step: int, call: int) -> int:

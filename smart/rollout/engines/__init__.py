@@ -4,6 +4,7 @@
     kind.preflight(cfg)                         # before Ray starts: e.g. every SGLang server answers
     engines = kind.start(cfg, slots)            # Ray actor handles that implement `Engine`
     sync_weights(trainer, rollout_manager)      # trainer -> every engine, tagged with a version
+    EngineFleet(kind, cfg, slots).check()       # between steps: restart or drop dead engines (health.py)
 
 An engine owns generation and its own weight sync: `push(weights, version)` takes whatever its
 `WeightSink` packed on the trainer side (a state-dict object ref for embedded engines, a
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 import ray
 
@@ -36,6 +37,12 @@ class Engine(Protocol):
 
     def state_dict(self) -> dict:
         """The served weights (CPU tensors), for equality checks; engines that cannot say so raise."""
+
+    def health(self, timeout_s: float) -> None:
+        """Raise unless the engine can serve (e.g. its server answers /health); a dead actor raises by itself."""
+
+    def retire(self) -> None:
+        """Called before a dead engine is dropped: release what it holds outside its actor (a router entry)."""
 
 
 class WeightSink(Protocol):
@@ -58,6 +65,9 @@ class EngineKind:
     """start(rl_config, rollout_slots) -> engine actor handles."""
     weights_sink: Callable[[Any], WeightSink]
     """weights_sink(rl_config) -> the trainer-side packer for this kind."""
+    on_dead: Literal["restart", "drop"] = "drop"
+    """What the health check does with an engine that stopped answering: start a new one on its slot and
+    re-send the current weights, or drop it and go on with the rest (smart.rollout.health)."""
 
 
 _KINDS = {"embedded": "smart.rollout.engines.embedded", "sglang": "smart.rollout.engines.sglang"}
@@ -79,5 +89,5 @@ def sync_weights(trainer, rollout) -> int:
     if set(versions) != {version}:
         raise RuntimeError(f"engines report weights versions {versions} after syncing version {version}")
     sink.release(version)
-    ray.get(rollout.record_weights_version.remote(version))
+    ray.get(rollout.record_weights_version.remote(version, [weights]))  # in a list: a ref stays a ref
     return version

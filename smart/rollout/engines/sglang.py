@@ -3,6 +3,10 @@
     kbench serve --model runs/sft_tiny/hf --port 30000 --threads 1 &     # or python -m sglang.launch_server on a GPU
     smart rl configs/rl_tiny_cpu.yaml rollout.engine=sglang "rollout.sglang_urls=['http://127.0.0.1:30000']"
 
+With rollout.router=sglang, generation goes through one sglang-router in front of the servers
+(smart.rollout.engines.router; started by the run, or joined at rollout.router_url) while each engine
+still loads weights into its own server; a dropped engine takes its server out of the router.
+
 Generation uses SGLang's native POST /generate (token ids in; output ids and per-token logprobs out),
 so nothing is re-tokenized. Weights move through disk: the trainer writes a save_pretrained folder
 and the engine POSTs {"model_path": folder, "weight_version": "N"} to /update_weights_from_disk, so
@@ -23,6 +27,7 @@ import requests
 from kbencheval.config import ConfigError
 from kbencheval.llm.base import Completion, SamplingParams
 from smart.rollout.engines import EngineKind
+from smart.rollout.engines.router import FIX, RouterError, SGLangRouter, check_router
 
 
 class SGLangUnreachable(ConfigError):
@@ -50,13 +55,15 @@ def check_server(base_url: str, timeout_s: float = 5.0) -> None:
 @ray.remote(num_cpus=0)  # the server does the work; the actor only waits on HTTP
 class SGLangEngineActor:
     def __init__(self, base_url: str, model_path: str, timeout_s: float = 600.0, max_concurrency: int = 32,
-                 max_retries: int = 3):
+                 max_retries: int = 3, router=None, generate_url: str = ""):
+        """base_url: this engine's server (weights, health); generate_url: where generation goes
+        ("" = base_url; a router's URL); router: that router's actor handle, told when this engine is dropped."""
         from kbencheval.llm.http import SGLangClient
 
         check_server(base_url)
-        self.base_url, self.timeout_s = base_url.rstrip("/"), timeout_s
-        self.client = SGLangClient(model_path, self.base_url, max_concurrency=max_concurrency, timeout=timeout_s,
-                                   max_retries=max_retries)
+        self.base_url, self.timeout_s, self.router = base_url.rstrip("/"), timeout_s, router
+        self.client = SGLangClient(model_path, generate_url or self.base_url, max_concurrency=max_concurrency,
+                                   timeout=timeout_s, max_retries=max_retries)
         self.pool = cf.ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="sglang-engine")
         self.version = 0
 
@@ -88,6 +95,14 @@ class SGLangEngineActor:
     def weights_version(self) -> int:
         return self.version
 
+    def health(self, timeout_s: float) -> None:
+        check_server(self.base_url, timeout_s)
+
+    def retire(self) -> None:
+        """Take this engine's server out of the router, so no request is sent to it any more."""
+        if self.router is not None:
+            ray.get(self.router.remove.remote(self.base_url), timeout=60)
+
     def state_dict(self) -> dict:
         raise EngineWeightsUnavailable(
             f"the SGLang engine at {self.base_url} cannot return its weights (SGLang has no route to read them); "
@@ -115,12 +130,31 @@ class DiskWeights:
 def _preflight(cfg) -> None:
     for url in cfg.rollout.sglang_urls:
         check_server(url)
+    if cfg.rollout.router:
+        check_router(cfg.rollout.router_url)
+
+
+def start_router(rc, worker_urls: list[str]):
+    """A router actor in front of `worker_urls` (it owns the router process, or joins rollout.router_url),
+    and its URL. The actor is owned by the caller (the rollout manager): when that dies, so does the router."""
+    router = ray.remote(num_cpus=0)(SGLangRouter).remote(worker_urls, rc.router_url, rc.router_policy,
+                                                           request_timeout_s=rc.sglang_timeout_s)
+    try:
+        return router, ray.get(router.endpoint.remote(), timeout=120)
+    except Exception as exc:  # the constructor's RouterError, wrapped by Ray: keep its one line
+        ray.kill(router)
+        text = str(exc)
+        line = next((ln for ln in reversed(text.splitlines()) if "RouterError" in ln), text.splitlines()[-1] if text else "")
+        raise RouterError(line.split("RouterError: ", 1)[-1] or f"sglang-router did not start: {FIX}") from None
 
 
 def _start(cfg, slots: list) -> list:
     # The servers run elsewhere: the actors only wait on HTTP and take no reserved slot.
-    return [SGLangEngineActor.remote(url, cfg.model_path, cfg.rollout.sglang_timeout_s) for url in cfg.rollout.sglang_urls]
+    rc = cfg.rollout
+    router, generate_url = start_router(rc, rc.sglang_urls) if rc.router else (None, "")
+    return [SGLangEngineActor.remote(url, cfg.model_path, rc.sglang_timeout_s, router=router, generate_url=generate_url)
+            for url in rc.sglang_urls]
 
 
 KIND = EngineKind(needs_slots=False, preflight=_preflight, start=_start,
-                  weights_sink=lambda cfg: DiskWeights(str(Path(cfg.out_dir) / "engine_weights")))
+                  weights_sink=lambda cfg: DiskWeights(str(Path(cfg.out_dir) / "engine_weights")), on_dead="drop")
