@@ -78,6 +78,18 @@ def test_cuda_device_without_gpu_names_the_fix():
         resolve_devices("cuda")
 
 
+def test_workers_per_gpu_repeats_each_gpu(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_devices("cuda", workers_per_gpu=2) == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]
+    assert resolve_devices("cuda:1", workers_per_gpu=3) == ["cuda:1"] * 3
+    assert resolve_devices("cpu", cpu_workers=2, workers_per_gpu=4) == ["cpu", "cpu"]  # CPU: cpu_workers decides
+    with pytest.raises(ConfigError, match="workers_per_gpu >= 1"):
+        resolve_devices("cuda", workers_per_gpu=0)
+
+
 def kbench(*args, **kwargs):
     return subprocess.run([sys.executable, "-m", "kbencheval.cli", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=600, **kwargs)

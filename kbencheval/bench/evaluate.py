@@ -45,6 +45,9 @@ class EvalRunConfig:
     """With device=cuda/auto: how many GPUs to use; 0 = all visible."""
     cpu_workers: int = 1
     """With the CPU: evaluators running side by side."""
+    workers_per_gpu: int = 1
+    """Evaluators per GPU: compile and correctness overlap, timing stays one at a time (the device
+    gate). 1 keeps other candidates' GPU work out of a timing entirely; see docs/evaluator.md."""
     backend: str = ""
     """Kernel language; empty = the one the run was generated for."""
     verbose: bool = False
@@ -170,7 +173,7 @@ def evaluate_run(cfg: EvalRunConfig) -> dict:
     manifest = read_json(run / MANIFEST)
     backend = cfg.backend or manifest.get("backend", "triton")
     problems = run_problems(run, manifest)
-    devices = resolve_devices(cfg.device, cfg.num_gpus, cfg.cpu_workers)
+    devices = resolve_devices(cfg.device, cfg.num_gpus, cfg.cpu_workers, cfg.workers_per_gpu)
 
     with ResultsLog(run / RESULTS) as log:
         generations = [g for g in list_generations(run) if g[0] in problems]

@@ -48,6 +48,8 @@ class VerifyConfig:
     """auto (every GPU, else the CPU interpreter) | cpu | cuda | cuda:N"""
     num_gpus: int = 0
     cpu_workers: int = 1
+    workers_per_gpu: int = 1
+    """Evaluators per GPU (compile and correctness overlap; timing is one at a time)."""
     verbose: bool = False
     eval: EvalConfig = eval_config_field()
     """The evaluator (kbencheval.eval.harness.EvalConfig): eval.trials=3 eval.timeout_s=120 ..."""
@@ -116,7 +118,7 @@ def verify(cfg: VerifyConfig) -> dict:
                       f"all reasons in {out / SKIPPED}[/]")
     if not records:
         raise CorpusError(f"no usable records in {cfg.path or cfg.source}; see {out / SKIPPED}")
-    devices = resolve_devices(cfg.device, cfg.num_gpus, cfg.cpu_workers)
+    devices = resolve_devices(cfg.device, cfg.num_gpus, cfg.cpu_workers, cfg.workers_per_gpu)
     stats = {"evaluated": 0, "skipped_rows": len(skipped), "harness_errors": [], "status_counts": Counter()}
     with ResultsLog(out / VERDICTS) as log:
         todo = [r for r in records if (r.id, 0) not in log.done]
