@@ -180,6 +180,10 @@ class RewardConfig:
     num_workers: int = 1
     """Eval workers (Ray actors). One per GPU, or a few interpreter workers on CPU."""
     num_gpus_per_worker: int = 0
+    evaluators_per_worker: int = 1
+    """Evaluators inside each eval worker, on its device: candidates compile and run their correctness
+    trials side by side and are timed one at a time (kbencheval's device gate). Above 1, another
+    candidate's queued GPU work can still overlap a timing (docs/evaluator.md)."""
     deadline_margin_s: float = 60.0
     """One deadline rule: the per-candidate limit is the evaluator's own, reward.eval.timeout_s, so a
     slow candidate gets its clean `timeout` verdict; the pool replaces a worker only when it has not
@@ -195,6 +199,8 @@ class RewardConfig:
             raise ConfigError("reward.num_gpus_per_worker must be 0 (interpreter on CPU) or 1 (one GPU per eval worker)")
         if self.num_workers < 1 or self.deadline_margin_s < 0:
             raise ConfigError("reward.num_workers must be >= 1 and reward.deadline_margin_s >= 0")
+        if self.evaluators_per_worker < 1:
+            raise ConfigError(f"reward.evaluators_per_worker={self.evaluators_per_worker}: set it >= 1")
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -19,12 +19,19 @@ from smart.reward.pool import EvalPool  # noqa: E402
 class FakeWorker:
     """Stands in for EvalWorker: the text says what the 'candidate' does."""
 
-    def __init__(self, eval_cfg):
+    def __init__(self, eval_cfg, evaluators=1):
         self.limit = eval_cfg.timeout_s  # the evaluator's own per-candidate limit
 
     def evaluate(self, problem, text, backend):
         if text == "hang":
             time.sleep(600)
+        if text == "sleep":
+            time.sleep(1.0)
+        if text.startswith("slow_first_time:"):  # still running when its neighbour's deadline replaces the worker
+            marker = text.split(":", 1)[1]
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                time.sleep(600)
         if text == "crash":
             os._exit(1)
         if text == "slow":  # the evaluator's own timeout fires at its limit, a little later than asked
@@ -76,3 +83,17 @@ def test_a_slow_candidate_gets_the_evaluators_clean_timeout(local_ray):
     assert ok.status.value == "correct" and pool.replaced == 0  # and its worker lived on
     pool.close()
 
+
+
+def test_lanes_overlap_candidates_and_a_replaced_worker_reruns_its_bystanders(local_ray, tmp_path):
+    """evaluators_per_worker=2: two candidates run at once on one worker; when one hangs and the worker
+    is replaced, the candidate beside it is not blamed: it runs again and gets its own verdict."""
+    problem = Problem(level=1, problem_id=1, name="ReLU", source="")
+    cfg = RewardConfig(num_workers=1, evaluators_per_worker=2, eval=EvalConfig(timeout_s=1.0), deadline_margin_s=1.0)
+    pool = EvalPool(cfg, worker_cls=FakeWorker)
+    t0 = time.monotonic()
+    assert [r.status.value for r in pool.evaluate([(problem, "sleep")] * 2, backend="triton")] == ["correct"] * 2
+    assert time.monotonic() - t0 < 1.9  # side by side, not one after the other
+    results = pool.evaluate([(problem, "hang"), (problem, f"slow_first_time:{tmp_path / 'ran'}")], backend="triton")
+    assert [r.status.value for r in results] == ["timeout", "correct"] and pool.replaced == 1
+    pool.close()

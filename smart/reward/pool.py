@@ -13,6 +13,7 @@ its candidate scored `timeout` / `runtime_error`, and the rest of the step goes 
 from __future__ import annotations
 
 import os
+import queue
 import time
 
 import ray
@@ -25,19 +26,29 @@ from smart.config import RewardConfig
 
 @ray.remote(num_cpus=0)
 class EvalWorker:
-    def __init__(self, eval_cfg: EvalConfig):
+    """`evaluators` Evaluators on this worker's device, one per concurrent call (the actor's
+    max_concurrency); their device gate lets one time at once."""
+
+    def __init__(self, eval_cfg: EvalConfig, evaluators: int = 1):
         if eval_cfg.on_cpu:
             os.environ["TRITON_INTERPRET"] = "1"  # Triton kernels run under the interpreter on CPU
         from kbencheval.eval.harness import Evaluator
 
-        self.evaluator = Evaluator(eval_cfg)
-        self.evaluator.__enter__()
+        self.evaluators = [Evaluator(eval_cfg) for _ in range(evaluators)]
+        self.free: queue.Queue = queue.Queue()
+        for evaluator in self.evaluators:
+            self.free.put(evaluator)
 
     def evaluate(self, problem: Problem, text: str, backend: str) -> EvalResult:
-        return self.evaluator.evaluate(problem, text, backend=backend)
+        evaluator = self.free.get()
+        try:
+            return evaluator.evaluate(problem, text, backend=backend)
+        finally:
+            self.free.put(evaluator)
 
     def close(self) -> None:
-        self.evaluator.__exit__(None, None, None)
+        for evaluator in self.evaluators:
+            evaluator.close()
 
 
 class EvalPool:
@@ -51,14 +62,22 @@ class EvalPool:
 
     def _spawn(self, i: int):
         options = self.slots[i].options() if self.slots else {"num_gpus": 0}
-        return self.worker_cls.options(**options).remote(self.cfg.eval)
+        lanes = self.cfg.evaluators_per_worker
+        return self.worker_cls.options(**options, max_concurrency=lanes).remote(self.cfg.eval, evaluators=lanes)
 
     def metrics(self) -> dict[str, float]:
         """Over the pool's life: workers replaced, and processes each Evaluator restarted after they died."""
         return {"eval/workers_replaced": float(self.replaced),
                 "eval/harness_restarts": float(self._retired_restarts + sum(self._restarts))}
 
-    def _replace(self, i: int) -> None:
+    def _replace(self, i: int, inflight: dict, pending: list, idle: list) -> None:
+        """A new worker in slot i. Candidates still running on the old one are not to blame: they go
+        back to `pending` and run again on the new worker."""
+        for ref, (j, w, _) in list(inflight.items()):
+            if w == i:
+                inflight.pop(ref)
+                pending.append(j)
+        idle[:] = [w for w in idle if w != i] + [i] * self.cfg.evaluators_per_worker
         self._retired_restarts += self._restarts[i]
         self._restarts[i] = 0
         ray.kill(self.workers[i], no_restart=True)
@@ -70,7 +89,7 @@ class EvalPool:
         results: list[EvalResult | None] = [None] * len(jobs)
         pending = list(range(len(jobs)))[::-1]
         inflight: dict = {}  # ref -> (job index, worker index, deadline)
-        idle = list(range(len(self.workers)))
+        idle = [w for w in range(len(self.workers)) for _ in range(self.cfg.evaluators_per_worker)]  # free lanes
         while pending or inflight:
             while pending and idle:
                 j, w = pending.pop(), idle.pop()
@@ -80,6 +99,8 @@ class EvalPool:
             wait_s = max(0.0, min(d for _, _, d in inflight.values()) - time.monotonic())
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=wait_s)
             for ref in ready:
+                if ref not in inflight:  # its worker was replaced meanwhile; the job went back to pending
+                    continue
                 j, w, _ = inflight.pop(ref)
                 try:
                     results[j] = ray.get(ref)
@@ -89,18 +110,16 @@ class EvalPool:
                     cause = next((line for line in reversed(str(e).strip().splitlines()) if line.strip()), "")
                     results[j] = _failure(jobs[j][0], Status.RUNTIME_ERROR,
                                           f"eval worker crashed: {type(e).__name__}: {cause[:300]}")
-                    self._replace(w)
-                    idle.append(w)
+                    self._replace(w, inflight, pending, idle)
             now = time.monotonic()
             for ref, (j, w, deadline) in list(inflight.items()):
-                if now >= deadline:
+                if now >= deadline and ref in inflight:
                     inflight.pop(ref)
                     results[j] = _failure(
                         jobs[j][0], Status.TIMEOUT, f"the eval worker did not answer within reward.eval.timeout_s + "
                         f"deadline_margin_s = {wait_for:g}s; worker replaced"
                     )
-                    self._replace(w)
-                    idle.append(w)
+                    self._replace(w, inflight, pending, idle)
         return results  # type: ignore[return-value]
 
     def close(self) -> None:
