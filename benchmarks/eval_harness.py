@@ -2,7 +2,11 @@
 
     python benchmarks/eval_harness.py --device cuda --out benchmarks/results/eval_harness.json
     python benchmarks/eval_harness.py --device cuda --timing-mode events --out benchmarks/results/eval_harness_events.json
+    python benchmarks/eval_harness.py --device cuda --workers-per-device 4 --out benchmarks/results/eval_harness_4w.json
     python benchmarks/eval_harness.py --device cpu --limit 3      # smoke run under the interpreter
+
+`--workers-per-device N` runs N Evaluators on the device from N threads: compile and correctness
+overlap, timing is one at a time (kbencheval/eval/gate.py); the summary adds how long timings waited.
 
 `--timing-mode trusted` (the default) times the reference in the judge and the candidate as graph
 replays on fresh inputs with outside bounds; `events` is the KernelBench-style eager mode. In trusted
@@ -23,8 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import queue
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -49,6 +55,43 @@ def pct(values, q):
     return v[min(len(v) - 1, int(round(q * (len(v) - 1))))] if v else None
 
 
+def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict) -> None:
+    """Every bundled solution once; one thread per Evaluator pulls from a shared queue."""
+    todo: queue.Queue = queue.Queue()
+    for p in problems:
+        todo.put(p)
+
+    def drain(ev) -> None:
+        while True:
+            try:
+                p = todo.get_nowait()
+            except queue.Empty:
+                return
+            t = time.perf_counter()
+            r = ev.evaluate(p, "```python\n" + p.solution_source + "```")
+            wall = time.perf_counter() - t
+            phases = r.checks.get("phases_s", {})
+            own = sum(phases.values())
+            rows[p.key][name] = {
+                "status": r.status.value, "error": r.error, "speedup": r.speedup,
+                "runtime_us": r.runtime_us, "ref_runtime_us": r.ref_runtime_us,
+                "runtime_p10_p90_us": [r.runtime_stats.p10_us, r.runtime_stats.p90_us] if r.runtime_stats else None,
+                "wall_s": round(wall, 3), "candidate_work_s": round(own, 3), "overhead_s": round(wall - own, 3),
+                "phases_s": phases, "timing_trust": r.checks.get("timing_trust"),
+                "physical_floor_us": r.checks.get("physical_floor_us"),
+                "timing_gate_wait_s": r.checks.get("device_gate", {}).get("timing", {}).get("wait_s"),
+            }
+            meta.update(device=r.device, sandbox=r.sandbox)
+            print(f"{name} {p.key:<32} {r.status.value:<13} speedup={r.speedup} wall={wall:.2f}s "
+                  f"overhead={wall - own:.2f}s {r.error[:80]}", flush=True)
+
+    threads = [threading.Thread(target=drain, args=(ev,)) for ev in evaluators]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
@@ -56,6 +99,8 @@ def main() -> int:
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--limit", type=int, default=0, help="only the first N problems (smoke runs)")
     ap.add_argument("--timing-mode", default="trusted", choices=["trusted", "events", "cuda_graph"])
+    ap.add_argument("--workers-per-device", type=int, default=1,
+                    help="Evaluators on the device at once (compile/correctness overlap, timing one at a time)")
     ap.add_argument("--out", default="benchmarks/results/eval_harness.json")
     args = ap.parse_args()
 
@@ -64,32 +109,20 @@ def main() -> int:
         problems = problems[: args.limit]
     cold = cold_start_seconds(args.device)
     t = time.perf_counter()
-    ev = Evaluator(EvalConfig(device=args.device, timing_mode=args.timing_mode))
+    cfg = EvalConfig(device=args.device, timing_mode=args.timing_mode)
+    evaluators = [Evaluator(cfg) for _ in range(args.workers_per_device)]
     startup = time.perf_counter() - t
     rows = {p.key: {"problem": p.key} for p in problems}
-    pass_walls = []
-    device_name = sandbox = ""
-    with ev:
+    pass_walls, meta = [], {}
+    try:
         for n in range(args.passes):
             t_pass = time.perf_counter()
-            for p in problems:
-                t = time.perf_counter()
-                r = ev.evaluate(p, "```python\n" + p.solution_source + "```")
-                wall = time.perf_counter() - t
-                device_name, sandbox = r.device, r.sandbox
-                phases = r.checks.get("phases_s", {})
-                own = sum(phases.values())
-                rows[p.key][f"pass{n + 1}"] = {
-                    "status": r.status.value, "error": r.error, "speedup": r.speedup,
-                    "runtime_us": r.runtime_us, "ref_runtime_us": r.ref_runtime_us,
-                    "runtime_p10_p90_us": [r.runtime_stats.p10_us, r.runtime_stats.p90_us] if r.runtime_stats else None,
-                    "wall_s": round(wall, 3), "candidate_work_s": round(own, 3), "overhead_s": round(wall - own, 3),
-                    "phases_s": phases, "timing_trust": r.checks.get("timing_trust"),
-                    "physical_floor_us": r.checks.get("physical_floor_us"),
-                }
-                print(f"pass {n + 1} {p.key:<32} {r.status.value:<13} speedup={r.speedup} wall={wall:.2f}s "
-                      f"overhead={wall - own:.2f}s {r.error[:80]}", flush=True)
+            run_pass(evaluators, problems, rows, f"pass{n + 1}", meta)
             pass_walls.append(time.perf_counter() - t_pass)
+    finally:
+        for ev in evaluators:
+            ev.close()
+    device_name, sandbox = meta["device"], meta["sandbox"]
 
     deltas, overheads = [], []
     for row in rows.values():
@@ -100,9 +133,12 @@ def main() -> int:
             row["rel_delta_speedup"] = round(d, 5)
             deltas.append(d)
     speedups = [r["pass1"]["speedup"] for r in rows.values() if r["pass1"]["speedup"]]
+    waits = [r["pass1"]["timing_gate_wait_s"] for r in rows.values() if r["pass1"].get("timing_gate_wait_s") is not None]
     summary = {
         "device": device_name,
         "timing_mode": args.timing_mode,
+        "workers_per_device": args.workers_per_device,
+        "timing_gate_wait_median_s": statistics.median(waits) if waits else None,
         "eager_fallbacks": sum("cannot capture" in (r["pass1"].get("timing_trust") or "") for r in rows.values()),
         "sandbox": sandbox,
         "candidates_per_pass": len(problems),
