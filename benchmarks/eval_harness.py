@@ -4,6 +4,7 @@
     python benchmarks/eval_harness.py --device cuda --timing-mode events --out benchmarks/results/eval_harness_events.json
     python benchmarks/eval_harness.py --device cuda --workers-per-device 4 --out benchmarks/results/eval_harness_4w.json
     python benchmarks/eval_harness.py --device cpu --limit 3      # smoke run under the interpreter
+    python benchmarks/eval_harness.py --device cuda --compare-kernelbench ~/KernelBench   # theirs beside ours
 
 `--workers-per-device N` runs N Evaluators on the device from N threads: compile and correctness
 overlap, timing is one at a time (kbencheval/eval/gate.py); the summary adds how long timings waited.
@@ -36,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import kernelbench_compare  # noqa: E402  (beside this file)
 from kbencheval.dataset import load_bundled  # noqa: E402
 from kbencheval.eval.harness import EvalConfig, Evaluator  # noqa: E402
 
@@ -101,8 +103,11 @@ def main() -> int:
     ap.add_argument("--timing-mode", default="trusted", choices=["trusted", "events", "cuda_graph"])
     ap.add_argument("--workers-per-device", type=int, default=1,
                     help="Evaluators on the device at once (compile/correctness overlap, timing one at a time)")
+    ap.add_argument("--compare-kernelbench", metavar="PATH", default="",
+                    help="also run KernelBench's own harness (a local checkout) on the same candidates")
     ap.add_argument("--out", default="benchmarks/results/eval_harness.json")
     args = ap.parse_args()
+    kb_root = kernelbench_compare.check_checkout(args.compare_kernelbench) if args.compare_kernelbench else None
 
     problems = [p for level in map(int, args.levels.split(",")) for p in load_bundled(level)]
     if args.limit:
@@ -152,6 +157,8 @@ def main() -> int:
         "evaluator_startup_s": round(startup, 3),
         "throughput_candidates_per_min": [round(60 * len(problems) / w, 2) for w in pass_walls],
     }
+    if kb_root is not None:
+        summary |= compare_with_kernelbench(kb_root, problems, rows, args.device)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"summary": summary, "problems": list(rows.values())}, indent=1))
@@ -159,6 +166,23 @@ def main() -> int:
     print_table(rows, summary)
     print(f"\nwrote {out}")
     return 0
+
+
+def compare_with_kernelbench(root: Path, problems: list, rows: dict, device: str) -> dict:
+    """KernelBench's harness on the same solutions, one fresh process each; per-problem agreement."""
+    t0 = time.perf_counter()
+    for p in problems:
+        kb = kernelbench_compare.evaluate(root, p.source, p.solution_source, device)
+        kb["agreement"] = kernelbench_compare.agreement(rows[p.key]["pass1"]["speedup"], kb["speedup"])
+        rows[p.key]["kernelbench"] = kb
+        print(f"kernelbench {p.key:<32} correct={kb.get('correct')} speedup={kb['speedup']} wall={kb['wall_s']:.1f}s "
+              f"ours/theirs={kb['agreement']} {kb['error']}", flush=True)
+    wall = time.perf_counter() - t0
+    ratios = [r["kernelbench"]["agreement"] for r in rows.values() if r["kernelbench"]["agreement"]]
+    return {"kernelbench_correct": sum(bool(r["kernelbench"].get("correct")) for r in rows.values()),
+            "kernelbench_candidates_per_min": round(60 * len(problems) / wall, 2),
+            "speedup_agreement_median": statistics.median(ratios) if ratios else None,
+            "speedup_agreement_range": [min(ratios), max(ratios)] if ratios else None}
 
 
 def print_table(rows: dict, summary: dict) -> None:
