@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Every GPU measurement the issues still ask for, as named steps, each bounded by its own time limit,
+# so a device session spends its minutes on the steps it picks (most important first):
+#   bash benchmarks/gpu_pending.sh OUT_DIR STEP [STEP ...]
+#   bash benchmarks/gpu_pending.sh "$OUT" gpu_tests suite_trusted      # on the device, one call
+# Steps (seconds are the step's limit; a step's figures land in OUT_DIR/work/<step>.*):
+#   gpu_tests       evaluator: sandbox attacks + trusted timing on 8 solutions + tests/test_gpu_harness.py  (400)
+#   suite_trusted   all 40 bundled solutions, trusted timing, 2 passes: reproducibility, overhead       (560)
+#   suite_events    the same, KernelBench-style eager timing, 1 pass: trusted vs eager speedups          (300)
+#   suite_4w        4 Evaluators on the GPU (device gate), 2 passes: candidates/min, reproducibility    (560)
+#   check_latency   kbench check cold vs served by kbench serve-eval                                      (240)
+#   engine          embedded engine tokens/s vs transformers generate, with the bandwidth floor           (500)
+#   megatron        tests/test_megatron_gpu.py and train_throughput.py --quick                            (560)
+#   corpus          corpus verify records/min and index build                                            (300)
+#   weights         weight sync seconds per GB: disk, tensor, distributed                               (300)
+#   learning_start  the learning run (issue 13), detached with setsid: it outlives this call
+#   learning_status how far the detached learning run is; copies its summary when done
+# At the end everything under OUT_DIR/work is packed into OUT_DIR/gpu_pending.tgz (the device tool
+# returns at most 8 files), and a one-line status per step is printed.
+set -u
+out=${1:?usage: bash benchmarks/gpu_pending.sh OUT_DIR STEP [STEP ...]}
+shift
+[ $# -gt 0 ] || { sed -n '2,20p' "$0"; exit 2; }
+py=${PYTHON:-python3}
+work="$out/work"
+mkdir -p "$work"
+export PYTHONUNBUFFERED=1
+learn=/tmp/tritonforge_learning  # the detached run lives outside $OUT, which each call empties
+
+run() {  # step seconds command...
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$work/$name.log" 2>&1
+  echo "== $name: exit $? after $((SECONDS - t0)) s (log: work/$name.log)"
+}
+
+for step in "$@"; do
+  case $step in
+    gpu_tests) run gpu_tests 400 bash benchmarks/evaluator_gpu_check.sh "$work/evaluator" 8 ;;
+    suite_trusted) run suite_trusted 560 "$py" benchmarks/eval_harness.py --device cuda --passes 2 \
+        --out "$work/eval_harness_trusted_h100.json" ;;
+    suite_events) run suite_events 300 "$py" benchmarks/eval_harness.py --device cuda --passes 1 \
+        --timing-mode events --out "$work/eval_harness_events_h100.json" ;;
+    suite_4w) run suite_4w 560 "$py" benchmarks/eval_harness.py --device cuda --passes 2 --workers-per-device 4 \
+        --out "$work/eval_harness_4w_h100.json" ;;
+    check_latency) run check_latency 240 "$py" benchmarks/check_latency.py --device cuda:0 --repeats 3 \
+        --out "$work/check_latency_h100.json" ;;
+    engine) run engine 500 "$py" benchmarks/engine_throughput.py --device cuda --out "$work/engine_throughput_h100.json" ;;
+    megatron) run megatron_tests 300 "$py" -m pytest -q -p no:cacheprovider tests/test_megatron_gpu.py
+              run megatron_throughput 260 "$py" benchmarks/train_throughput.py --quick \
+                  --out "$work/train_throughput_h100.json" ;;
+    corpus) run corpus 300 "$py" benchmarks/corpus_throughput.py --device cuda --out "$work/corpus_throughput_h100.json" ;;
+    weights) run weights 300 "$py" benchmarks/weight_sync.py --device cuda --out "$work/weight_sync_h100.json" ;;
+    learning_start)
+      rm -rf "$learn" && mkdir -p "$learn"
+      setsid nohup bash scripts/run_learning.sh configs/learn_synth_gpu.yaml "$learn/run" > "$learn/log" 2>&1 &
+      echo "== learning_start: started (pid $!); poll with the learning_status step" ;;
+    learning_status)
+      tail -n 40 "$learn/log" > "$work/learning.log" 2>/dev/null
+      cp "$learn"/run/summary.json "$learn"/run/evals/*.json "$work/" 2>/dev/null
+      [ -d "$learn/run/plots" ] && tar czf "$work/learning_plots.tgz" -C "$learn/run" plots
+      echo "== learning_status: $(tail -n 1 "$learn/log" 2>/dev/null || echo 'no run started')" ;;
+    *) echo "unknown step '$step'; steps are listed at the top of $0"; exit 2 ;;
+  esac
+done
+tar czf "$out/gpu_pending.tgz" -C "$work" . && echo "packed $out/gpu_pending.tgz"
