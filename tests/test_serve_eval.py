@@ -123,9 +123,10 @@ def test_malformed_requests_are_refused_and_the_server_keeps_serving(server):
             "problem": {"source": RELU.source, "name": "ReLU", "level": 1, "problem_id": 1}}
     bad = [b"garbage\n", b"[1, 2]\n", b'{"op": "evaluate"}\n', b'{"op": "reboot"}\n',
            json.dumps({**good, "config": {"trialz": 2}}).encode() + b"\n",
-           json.dumps({**good, "problem": {"source": "x = 1\n"}}).encode() + b"\n"]
+           json.dumps({**good, "problem": {"source": "x = 1\n"}}).encode() + b"\n",
+           json.dumps({**good, "code": "0" * 16}).encode() + b"\n"]
     replies = [_raw(server, line) for line in bad]
-    assert [r["refused"] for r in replies] == ["bad_request"] * len(bad)
+    assert [r["refused"] for r in replies] == ["bad_request"] * (len(bad) - 1) + ["code_mismatch"]
     assert "did you mean 'trials'" in replies[4]["message"] and "no Model" in replies[5]["message"]
     assert _raw(server, json.dumps(good).encode() + b"\n")["status"] == "correct"  # a raw good line is served too
 

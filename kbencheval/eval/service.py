@@ -5,10 +5,10 @@
 
 Wire format, one JSON line each way per connection:
     request  {"op": "evaluate", "problem": {"source", "name", "level", "problem_id", "path"},
-              "candidate": TEXT, "config": asdict(EvalConfig), "wait_s": SECONDS}
+              "candidate": TEXT, "config": asdict(EvalConfig), "wait_s": SECONDS, "code": code_version()}
              {"op": "ping"}  ->  {"ok": true, "config": ..., "pid": ..., "served": N}
     reply    EvalResult.to_dict(), with checks["served_by"]; or {"refused": KIND, "message": ONE_LINE}
-KIND: bad_request, config_mismatch (with "keys"), queue_timeout, stopping, wrong_user.
+KIND: bad_request, config_mismatch (with "keys"), code_mismatch, queue_timeout, stopping, wrong_user.
 
 The server is trusted code like the harness: it parses problems statically and hands candidates to
 `Evaluator.evaluate`, whose sandboxed workers are the only place candidate code runs. Only the same
@@ -19,6 +19,8 @@ request carries a reference problem, which the judge runs, the trust of running 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import json
 import os
 import queue
@@ -103,6 +105,17 @@ def _send(sock: socket.socket, obj: dict) -> None:
 
 
 # -- request checks (shared by server and tests) --
+@functools.lru_cache(maxsize=None)
+def code_version() -> str:
+    """A hash of kbencheval's sources (problems aside): a server started before a change would otherwise
+    judge with the old code while the config still matches. ~20 ms."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*.py") if "problems" not in p.relative_to(root).parts):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def config_mismatch(server: EvalConfig, client: EvalConfig) -> list[str]:
     """Keys whose values differ; `cuda` equals `cuda:0`, the order of allowed_ops does not matter."""
     def norm(cfg: EvalConfig) -> dict:
@@ -134,6 +147,9 @@ def parse_request(line: bytes, cfg: EvalConfig) -> tuple[Problem, str, float] | 
         wait_s = float(req.get("wait_s", 600))
     except (ConfigError, ProblemError, TypeError, ValueError) as e:
         raise _Refused("bad_request", str(e).splitlines()[0]) from None
+    if req.get("code", code_version()) != code_version():
+        raise _Refused("code_mismatch", "the server runs other kbencheval code (started before a change, or from "
+                       "another checkout): restart kbench serve-eval")
     keys = config_mismatch(cfg, client_cfg)
     if keys:
         ours, theirs = dataclasses.asdict(cfg), dataclasses.asdict(client_cfg)
@@ -336,6 +352,7 @@ def request_eval(path: Path, problem: Problem, text: str, cfg: EvalConfig, *, wa
     """The served verdict, or ServiceUnavailable (one line: no server, config mismatch, refusal) to fall back on."""
     path = Path(path)
     request = {"op": "evaluate", "candidate": text, "config": dataclasses.asdict(cfg), "wait_s": wait_s,
+               "code": code_version(),
                "problem": {"source": problem.source, "name": problem.name, "level": problem.level,
                            "problem_id": problem.problem_id, "path": problem.path}}
     reply = _call(path, request, wait_s + cfg.timeout_s + REPLY_MARGIN_S)
