@@ -57,24 +57,28 @@ def main(argv: list[str]) -> int:
     from kbencheval.eval.harness import Evaluator, HarnessError
 
     t0 = time.monotonic()
+    ev = service = None
+    signal.signal(signal.SIGINT, _stop)  # before the Evaluator starts: a signal then still cleans up
+    signal.signal(signal.SIGTERM, _stop)
     try:
         ev = Evaluator(cfg)
+        service = EvalService(ev, path)
+        print(f"kbench serve-eval: serving {cfg.device_index} at {path} (evaluator started in "
+              f"{time.monotonic() - t0:.1f} s); stop with Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
+        service.run()  # returns after a signal, cleaned up
+    except Stopped:  # the signal came before run() was inside its own handler (or during the start)
+        if service:
+            service.close()
+        elif ev:
+            ev.close()
     except HarnessError as e:
         print(f"kbench serve-eval: the harness could not run: {e}", file=sys.stderr)
         return 3
-    try:
-        service = EvalService(ev, path)
     except (ServiceUnavailable, OSError) as e:
-        ev.close()
+        if ev:
+            ev.close()
         print(f"kbench serve-eval: {e}", file=sys.stderr)
         return 2
-    print(f"kbench serve-eval: serving {cfg.device_index} at {path} (evaluator started in "
-          f"{time.monotonic() - t0:.1f} s); stop with Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
-    try:
-        signal.signal(signal.SIGINT, _stop)
-        signal.signal(signal.SIGTERM, _stop)
-        service.run()  # returns after a signal, cleaned up
-    except Stopped:  # the signal came before run() was inside its own handler
-        service.close()
-    print(f"kbench serve-eval: stopped after {service.served} evaluations; removed {path}", file=sys.stderr)
+    done = f"stopped after {service.served} evaluations; removed {path}" if service else "stopped while starting"
+    print(f"kbench serve-eval: {done}", file=sys.stderr)
     return 0
