@@ -58,7 +58,7 @@ def _served(args, cfg: EvalConfig, problem, text: str):
         return request_eval(path, problem, text, cfg, wait_s=args.server_wait)
     except ServiceUnavailable as e:
         start = " ".join(["kbench serve-eval", "--device", cfg.device] + (["--socket", str(path)] if args.socket else [])
-                         + list(args.overrides))
+                         + ([f"backend={cfg.backend}"] if cfg.backend != "triton" else []) + list(args.overrides))
         hint = f" (start one with `{start}`)" if str(e).startswith("no evaluation server") else ""
         print(f"kbench check: {e}{hint}; evaluating locally", file=sys.stderr)
         return None
@@ -78,6 +78,8 @@ def main(argv: list[str]) -> int:
             raise ProblemError(f"candidate file {kernel_path} does not exist")
         text = kernel_path.read_text(errors="replace")
         cfg = apply_overrides(EvalConfig(device=args.device, backend=args.backend), args.overrides)
+        if args.server_wait < 0:
+            raise ValueError(f"--server-wait {args.server_wait:g}: give the seconds to wait for a server, 0 or more")
     except (ProblemError, ConfigError, ValueError) as e:
         print(f"kbench check: {e}", file=sys.stderr)
         return 2
