@@ -154,10 +154,31 @@ def test_sigterm_removes_the_socket_and_leaves_no_process(tmp_path):
         code = _stop(proc)
     assert code == 0 and not sock.exists()
     assert "stopped after 1 evaluations" in (tmp_path / "server.log").read_text()
+    _assert_all_gone(started)
+
+
+def _assert_all_gone(pids: set[int]) -> None:
     deadline = time.time() + 5
-    while _alive(started) and time.time() < deadline:
+    while _alive(pids) and time.time() < deadline:
         time.sleep(0.1)
-    assert _alive(started) == set()
+    assert _alive(pids) == set()
+
+
+def test_sigterm_during_the_start_cleans_up_too(tmp_path):
+    """A signal while the Evaluator starts is held until the start is done, then everything is closed."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "kbencheval.cli", "serve-eval", "--socket", str(tmp_path / "e.sock")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**ENV, "TMPDIR": str(scratch)})
+    deadline = time.monotonic() + 60
+    while not _descendants(proc.pid) and time.monotonic() < deadline:  # the fork server is starting
+        time.sleep(0.05)
+    started = _descendants(proc.pid)
+    assert started and proc.poll() is None
+    code = _stop(proc)
+    assert code == 0, proc.stderr.read()
+    assert not (tmp_path / "e.sock").exists() and list(scratch.iterdir()) == []  # the Evaluator's scratch is gone
+    _assert_all_gone(started)
 
 
 def test_socket_paths_are_private_per_user_and_device(tmp_path, monkeypatch):

@@ -36,11 +36,28 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _stop(signum, frame):
-    # Once: a second signal must not interrupt the cleanup that the first one started.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Stopped
+class _Signals:
+    """SIGINT/SIGTERM, once (a second must not interrupt the cleanup the first started). While the Evaluator
+    starts, a signal is only noted, so the start completes and is closed cleanly (no half-built Evaluator
+    with its scratch folder left behind); once serving, it raises Stopped in the main thread."""
+
+    def __init__(self):
+        self.requested, self.serving = False, False
+        signal.signal(signal.SIGINT, self._handle)
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        self.requested = True
+        if self.serving:
+            raise Stopped
+
+    def serve(self) -> None:
+        """From now on a signal raises Stopped; one that came during the start raises it at once."""
+        self.serving = True
+        if self.requested:
+            raise Stopped
 
 
 def main(argv: list[str]) -> int:
@@ -58,19 +75,16 @@ def main(argv: list[str]) -> int:
 
     t0 = time.monotonic()
     ev = service = None
-    signal.signal(signal.SIGINT, _stop)  # before the Evaluator starts: a signal then still cleans up
-    signal.signal(signal.SIGTERM, _stop)
+    signals = _Signals()
     try:
         ev = Evaluator(cfg)
         service = EvalService(ev, path)
+        signals.serve()
         print(f"kbench serve-eval: serving {cfg.device_index} at {path} (evaluator started in "
               f"{time.monotonic() - t0:.1f} s); stop with Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
         service.run()  # returns after a signal, cleaned up
-    except Stopped:  # the signal came before run() was inside its own handler (or during the start)
-        if service:
-            service.close()
-        elif ev:
-            ev.close()
+    except Stopped:  # the signal came during the start, or before run() was inside its own handler
+        service.close()
     except HarnessError as e:
         print(f"kbench serve-eval: the harness could not run: {e}", file=sys.stderr)
         return 3
@@ -79,6 +93,5 @@ def main(argv: list[str]) -> int:
             ev.close()
         print(f"kbench serve-eval: {e}", file=sys.stderr)
         return 2
-    done = f"stopped after {service.served} evaluations; removed {path}" if service else "stopped while starting"
-    print(f"kbench serve-eval: {done}", file=sys.stderr)
+    print(f"kbench serve-eval: stopped after {service.served} evaluations; removed {path}", file=sys.stderr)
     return 0
