@@ -71,7 +71,8 @@ def _row(mode: str, calls: list[dict]) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="example: python benchmarks/check_latency.py --device cpu --repeats 5 "
                                        "--out benchmarks/results/check_latency_cpu.json")
     p.add_argument("--device", default="cpu")
@@ -101,11 +102,13 @@ def main() -> int:
     print(f"kbench check on {problem.key}, device {args.device}, {args.repeats} repeats; server start {start_s:.2f} s")
     print(f"{'mode':<28}{'median s':>10}{'min s':>8}{'max s':>8}{'eval s':>8}")
     for r in rows:
-        print(f"{r['mode']:<28}{r['median_s']:>10.2f}{r['min_s']:>8.2f}{r['max_s']:>8.2f}{r['median_eval_seconds']:>8.2f}")
+        print(f"{r['mode']:<28}{r['median_s']:>10.2f}{r['min_s']:>8.2f}{r['max_s']:>8.2f}"
+              f"{r['median_eval_seconds']:>8.2f}")
     ratio = rows[0]["median_s"] / rows[1]["median_s"]
     print(f"warm is {ratio:.1f}x faster per call (median wall time)")
     if args.out:
-        out = {"device": args.device, "host": platform.node(), "cpu_cores": os.cpu_count(), "python": platform.python_version(),
+        out = {"device": args.device, "host": platform.node(), "cpu_cores": os.cpu_count(),
+               "python": platform.python_version(),
                "problem": problem.key, "args": vars(args), "server_start_s": round(start_s, 3), "rows": rows,
                "cold_over_warm_median": round(ratio, 2)}
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")

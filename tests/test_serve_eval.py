@@ -30,9 +30,9 @@ BROKEN = RELU.solution_source.replace("return y", "return y[None, 5]")
 SERVER_CFG = ["trials=2"]
 
 
-def _start_server(sock: Path, log: Path) -> subprocess.Popen:
+def _start_server(sock: Path, log: Path, cfg: list[str] = SERVER_CFG) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "kbencheval.cli", "serve-eval", "--device", "cpu", "--socket",
-                             str(sock), *SERVER_CFG], stdout=subprocess.DEVNULL, stderr=log.open("w"), env=ENV)
+                             str(sock), *cfg], stdout=subprocess.DEVNULL, stderr=log.open("w"), env=ENV)
     deadline = time.monotonic() + 120
     while True:
         try:
@@ -142,6 +142,43 @@ def test_malformed_requests_are_refused_and_the_server_keeps_serving(server):
     assert len({r.checks["served_by"]["request"] for r in results}) == 2
 
 
+def test_a_busy_server_queues_clients_within_the_wait_they_chose(tmp_path):
+    sock = tmp_path / "eval.sock"
+    proc = _start_server(sock, tmp_path / "server.log", ["trials=2", "timeout_s=4"])
+    cfg = EvalConfig(trials=2, timeout_s=4)
+    looping = RELU.solution_source.replace("        x = x.contiguous()", "        while True:\n            pass")
+    outcomes = {}
+
+    def client(name, text, wait_s):
+        try:
+            outcomes[name] = request_eval(sock, RELU, text, cfg, wait_s=wait_s).status.value
+        except ServiceUnavailable as e:
+            outcomes[name] = str(e)
+
+    try:
+        hog = threading.Thread(target=client, args=("hog", looping, 60))
+        hog.start()
+        deadline = time.monotonic() + 30
+        while not ping(sock)["busy"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone:  # sends, then leaves before its turn
+            gone.connect(str(sock))
+            request = {"op": "evaluate", "candidate": RELU.solution_source, "config": {"trials": 2, "timeout_s": 4},
+                       "problem": {"source": RELU.source}}
+            gone.sendall(json.dumps(request).encode() + b"\n")
+        waiters = [threading.Thread(target=client, args=(name, RELU.solution_source, wait))
+                   for name, wait in (("impatient", 0.5), ("patient", 60))]
+        for t in waiters:
+            t.start()
+        for t in [hog, *waiters]:
+            t.join(timeout=120)
+        assert outcomes["hog"] == "timeout" and outcomes["patient"] == "correct"
+        assert "waited" in outcomes["impatient"] and "the client allowed 0.5 s" in outcomes["impatient"]
+        assert ping(sock)["served"] == 2  # the client that left was skipped
+    finally:
+        _stop(proc)
+
+
 def test_sigterm_removes_the_socket_and_leaves_no_process(tmp_path):
     sock = tmp_path / "eval.sock"
     proc = _start_server(sock, tmp_path / "server.log")
@@ -168,8 +205,9 @@ def test_sigterm_during_the_start_cleans_up_too(tmp_path):
     """A signal while the Evaluator starts is held until the start is done, then everything is closed."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "kbencheval.cli", "serve-eval", "--socket", str(tmp_path / "e.sock")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**ENV, "TMPDIR": str(scratch)})
+    cmd = [sys.executable, "-m", "kbencheval.cli", "serve-eval", "--socket", str(tmp_path / "e.sock")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**ENV, "TMPDIR": str(scratch)})
     deadline = time.monotonic() + 60
     while not _descendants(proc.pid) and time.monotonic() < deadline:  # the fork server is starting
         time.sleep(0.05)

@@ -57,7 +57,8 @@ def _served(args, cfg: EvalConfig, problem, text: str):
             private_dir(path.parent, create=False)
         return request_eval(path, problem, text, cfg, wait_s=args.server_wait)
     except ServiceUnavailable as e:
-        start = " ".join(["kbench serve-eval", "--device", cfg.device] + (["--socket", str(path)] if args.socket else [])
+        start = " ".join(["kbench serve-eval", "--device", cfg.device]
+                         + (["--socket", str(path)] if args.socket else [])
                          + ([f"backend={cfg.backend}"] if cfg.backend != "triton" else []) + list(args.overrides))
         hint = f" (start one with `{start}`)" if str(e).startswith("no evaluation server") else ""
         print(f"kbench check: {e}{hint}; evaluating locally", file=sys.stderr)

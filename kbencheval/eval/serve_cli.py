@@ -26,8 +26,9 @@ from kbencheval.eval.service import EvalService, ServiceUnavailable, Stopped, ch
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kbench serve-eval", description="Serve one warm Evaluator to kbench check.",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                epilog="example: kbench serve-eval --device cuda:0 trials=3  (any EvalConfig key=value; "
-                                       "kbench check matches them to use it; `kbench run-one --help` lists them)")
+                                epilog="example: kbench serve-eval --device cuda:0 trials=3  (any EvalConfig "
+                                       "key=value; kbench check matches them to use it; `kbench run-one --help` "
+                                       "lists them)")
     p.add_argument("--device", metavar="STR", default="cpu", help="cpu | cuda | cuda:N")
     p.add_argument("--socket", metavar="PATH", default=None,
                    help="socket path; default: per user and device in a private folder (0700), "

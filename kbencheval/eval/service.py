@@ -6,7 +6,7 @@
 Wire format, one JSON line each way per connection:
     request  {"op": "evaluate", "problem": {"source", "name", "level", "problem_id", "path"},
               "candidate": TEXT, "config": asdict(EvalConfig), "wait_s": SECONDS, "code": code_version()}
-             {"op": "ping"}  ->  {"ok": true, "config": ..., "pid": ..., "served": N}
+             {"op": "ping"}  ->  {"ok": true, "config": ..., "pid": ..., "served": N, "busy": B, "queued": N}
     reply    EvalResult.to_dict(), with checks["served_by"]; or {"refused": KIND, "message": ONE_LINE}
 KIND: bad_request, config_mismatch (with "keys"), code_mismatch, queue_timeout, stopping, wrong_user.
 
@@ -142,8 +142,9 @@ def parse_request(line: bytes, cfg: EvalConfig) -> tuple[Problem, str, float] | 
         raise _Refused("bad_request", "an evaluate request carries problem.source, candidate and config")
     try:
         client_cfg = from_dict(EvalConfig, wanted, where="the request's config")
-        problem = parse_problem(prob["source"], level=int(prob.get("level", 0)), problem_id=int(prob.get("problem_id", 0)),
-                                name=str(prob.get("name", "")), path=str(prob.get("path", "")))
+        problem = parse_problem(prob["source"], level=int(prob.get("level", 0)),
+                                problem_id=int(prob.get("problem_id", 0)), name=str(prob.get("name", "")),
+                                path=str(prob.get("path", "")))
         wait_s = float(req.get("wait_s", 600))
     except (ConfigError, ProblemError, TypeError, ValueError) as e:
         raise _Refused("bad_request", str(e).splitlines()[0]) from None
@@ -181,7 +182,7 @@ class EvalService:
     def __init__(self, evaluator, path: Path):
         self.ev, self.path = evaluator, Path(path)
         self.jobs: queue.Queue[_Job] = queue.Queue()
-        self.served, self.started = 0, time.monotonic()
+        self.served, self.started, self.busy = 0, time.monotonic(), False
         self.listener = bind_socket(self.path)
         threading.Thread(target=self._accept_loop, name="kbench-accept", daemon=True).start()
 
@@ -204,7 +205,8 @@ class EvalService:
                 return
             parsed = parse_request(line, self.ev.cfg)
             if parsed is None:
-                _send(conn, {"ok": True, "pid": os.getpid(), "served": self.served, "socket": str(self.path),
+                _send(conn, {"ok": True, "pid": os.getpid(), "served": self.served, "busy": self.busy,
+                             "queued": self.jobs.qsize(), "socket": str(self.path),
                              "config": dataclasses.asdict(self.ev.cfg)})
                 conn.close()
                 return
@@ -241,7 +243,11 @@ class EvalService:
             _send(job.conn, {"refused": "queue_timeout", "message": f"waited {waited:.0f} s for a turn "
                              f"(the client allowed {job.wait_s:g} s)"})
         else:
-            result = self.ev.evaluate(job.problem, job.text)
+            self.busy = True
+            try:
+                result = self.ev.evaluate(job.problem, job.text)
+            finally:
+                self.busy = False
             self.served += 1
             result.checks["served_by"] = {"socket": str(self.path), "pid": os.getpid(), "request": self.served,
                                           "queued_s": round(waited, 3),
