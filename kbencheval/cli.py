@@ -1,6 +1,7 @@
 """`kbench`: the kbencheval command line.
 
     kbench check --ref PROBLEM.py --kernel CANDIDATE.py [--device cpu|cuda|cuda:N] [--json]
+    kbench serve-eval [--device cuda:0] [--socket PATH] [key=value ...]
     kbench run-one dataset_src=bundled level=1 problem_id=1 server_type=openai ...
     kbench generate / eval / report RUN
     kbench serve --model PATH
@@ -19,6 +20,7 @@ import sys
 # subcommand -> (module with `main(argv) -> int`, one-line help)
 SUBCOMMANDS = {
     "check": ("kbencheval.eval.check_cli", "evaluate one candidate against one problem"),
+    "serve-eval": ("kbencheval.eval.serve_cli", "keep one Evaluator warm for kbench check (Unix socket)"),
     "run-one": ("kbencheval.bench.run_one", "generate one kernel with an LLM and evaluate it"),
     "generate": ("kbencheval.bench.generate", "generate N samples per problem into runs/<name>/"),
     "eval": ("kbencheval.bench.evaluate", "evaluate a run's generations (resumable, all GPUs)"),

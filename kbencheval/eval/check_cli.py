@@ -5,6 +5,10 @@
     kbench check --dataset-src local --dataset-path ~/KernelBench --level 1 --problem-id 19 --kernel k.py
     kbench check --ref p.py --kernel k.py trials=3 timing_mode=cuda_graph   # any EvalConfig key=value
 
+When `kbench serve-eval` answers on the default socket for the device (or `--socket`) with the same
+EvalConfig, the warm server evaluates (checks["served_by"] says so); otherwise a local Evaluator
+does, after one line on stderr saying why. `--no-server` always evaluates locally.
+
 Exit status 0 whenever a verdict was reached (even for crashing, hanging or cheating candidates);
 2 with one line on stderr for bad arguments or an unreadable problem.
 """
@@ -17,7 +21,8 @@ from pathlib import Path
 
 from kbencheval.config import ConfigError, apply_overrides
 from kbencheval.dataset import ProblemError, get_problem, load_problem_file
-from kbencheval.eval.harness import EvalConfig, Evaluator, HarnessError
+from kbencheval.eval.config import EvalConfig
+from kbencheval.eval.service import ServiceUnavailable, default_socket_path, private_dir, request_eval
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,8 +40,29 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset-path", metavar="STR", default=None, help="local KernelBench folder or HF dataset id")
     p.add_argument("--level", metavar="INT", type=int, help="problem level (instead of --ref)")
     p.add_argument("--problem-id", metavar="INT", type=int, help="problem id within --level")
+    p.add_argument("--socket", metavar="PATH", default=None,
+                   help="a `kbench serve-eval` socket; default: the per-user one for --device")
+    p.add_argument("--no-server", action="store_true", help="evaluate locally even when a server answers")
+    p.add_argument("--server-wait", metavar="SECONDS", type=float, default=600.0,
+                   help="longest wait for a turn at a busy server before evaluating locally")
     p.add_argument("overrides", nargs="*", help="EvalConfig key=value overrides")
     return p
+
+
+def _served(args, cfg: EvalConfig, problem, text: str):
+    """The server's verdict, or None after one stderr line saying why it is not used."""
+    path = Path(args.socket) if args.socket else default_socket_path(cfg.device)
+    try:
+        if not args.socket and path.parent.exists():
+            private_dir(path.parent, create=False)
+        return request_eval(path, problem, text, cfg, wait_s=args.server_wait)
+    except ServiceUnavailable as e:
+        start = " ".join(["kbench serve-eval", "--device", cfg.device]
+                         + (["--socket", str(path)] if args.socket else [])
+                         + ([f"backend={cfg.backend}"] if cfg.backend != "triton" else []) + list(args.overrides))
+        hint = f" (start one with `{start}`)" if str(e).startswith("no evaluation server") else ""
+        print(f"kbench check: {e}{hint}; evaluating locally", file=sys.stderr)
+        return None
 
 
 def main(argv: list[str]) -> int:
@@ -53,15 +79,21 @@ def main(argv: list[str]) -> int:
             raise ProblemError(f"candidate file {kernel_path} does not exist")
         text = kernel_path.read_text(errors="replace")
         cfg = apply_overrides(EvalConfig(device=args.device, backend=args.backend), args.overrides)
+        if args.server_wait < 0:
+            raise ValueError(f"--server-wait {args.server_wait:g}: give the seconds to wait for a server, 0 or more")
     except (ProblemError, ConfigError, ValueError) as e:
         print(f"kbench check: {e}", file=sys.stderr)
         return 2
-    try:
-        with Evaluator(cfg, hide_paths=[args.ref] if args.ref else []) as ev:
-            result = ev.evaluate(problem, text)
-    except HarnessError as e:
-        print(f"kbench check: the harness could not run: {e}", file=sys.stderr)
-        return 3
+    result = None if args.no_server else _served(args, cfg, problem, text)
+    if result is None:
+        from kbencheval.eval.harness import Evaluator, HarnessError
+
+        try:
+            with Evaluator(cfg, hide_paths=[args.ref] if args.ref else []) as ev:
+                result = ev.evaluate(problem, text)
+        except HarnessError as e:
+            print(f"kbench check: the harness could not run: {e}", file=sys.stderr)
+            return 3
     if args.json:
         print(result.to_json())
     else:
@@ -87,3 +119,6 @@ def _print_human(result) -> None:
     elif result.correct:
         console.print("timing: not meaningful on this device (Triton interpreter)")
     console.print(f"sandbox: {', '.join(result.sandbox)}")
+    if "served_by" in result.checks:
+        served = result.checks["served_by"]
+        console.print(f"served by kbench serve-eval (pid {served['pid']}) at {served['socket']}")
