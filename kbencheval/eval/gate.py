@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import tempfile
+import stat
 import time
 from pathlib import Path
 
@@ -36,10 +36,24 @@ def physical_device_key(device: str) -> str:
     return "gpu-" + (visible[index] if index < len(visible) else str(index)).replace("/", "_")
 
 
+def gate_dir() -> Path:
+    """One folder per user and machine, whatever TMPDIR a process has (Ray workers, tests), so every
+    Evaluator of this user finds the same gates; it must be the user's own and closed to others, since
+    whoever can lock these files can stall our timings."""
+    path = Path(f"/tmp/kbench-{os.getuid()}/gates")
+    for folder in (path.parent, path):  # mkdir(parents=True) would give the parent the umask's mode
+        folder.mkdir(mode=0o700, exist_ok=True)
+    for folder in (path.parent, path):
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise PermissionError(f"{folder} is not a private folder of yours (owner uid {st.st_uid}, mode "
+                                  f"{oct(st.st_mode & 0o777)}): remove it so the device gate can make its own")
+    return path
+
+
 class DeviceGate:
     def __init__(self, device: str, lock_dir: str | None = None):
-        root = Path(lock_dir or os.path.join(tempfile.gettempdir(), f"kbench-gates-{os.getuid()}"))
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        root = Path(lock_dir) if lock_dir else gate_dir()
         key = physical_device_key(device)
         self.paths = {"turnstile": root / f"{key}.turnstile", "device": root / f"{key}.lock"}
         for path in self.paths.values():
