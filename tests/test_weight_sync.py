@@ -190,8 +190,71 @@ def test_trainer_weights_reach_two_servers(mode, tiny_model, server, reference, 
                 assert_serves(url, expected)
             groups = [len(groups_of(url)) for url in (server, second.url)]
             assert groups == ([1, 1] if mode == "distributed" else [0, 0])  # one group per server, kept between syncs
-            ray.get([e.close.remote() for e in engines], timeout=60)
-            assert [groups_of(url) for url in (server, second.url)] == [[], []]  # the end of the run destroys them
+            # The end of the run (close) and a dropped server (retire) destroy the group on both sides.
+            ray.get([engines[0].close.remote(), engines[1].retire.remote()], timeout=60)
+            assert [groups_of(url) for url in (server, second.url)] == [[], []]
+            assert ray.get(engines[0].push.remote(sink.pack(trainer, 3), 3), timeout=120) == 3  # a new group forms
+            assert_serves(server, expected)
+            ray.get(engines[0].close.remote(), timeout=60)
     finally:
         trainer.shutdown()
         ray.util.remove_placement_group(placement.pg)
+
+
+@pytest.mark.slow  # a full RL step plus two syncs: ~10 s each after Ray's start (tier of the disk test)
+@pytest.mark.parametrize("mode", ["tensor", "distributed"])
+def test_rl_step_syncs_trainer_weights_without_disk(mode, server, tiny_model, local_ray, tmp_path):
+    """One GRPO update, then smart.train's sync: the server serves the trainer's weights (its logprobs match
+    the trainer's recomputation), nothing is written to disk, and the run's end destroys the group."""
+    from smart.backends import logprob_mismatch
+    from smart.config import RLConfig
+    from smart.ray.actor_group import TrainGroup
+    from smart.ray.placement import make_placement
+    from smart.ray.rollout_manager import RolloutManager
+    from smart.rollout.engines import sync_weights
+
+    cfg = RLConfig(model_path=tiny_model, out_dir=str(tmp_path / "run"))
+    cfg.data.problems, cfg.data.heldout_fraction = ["L1_1_ReLU"], 0.0
+    cfg.rollout.engine, cfg.rollout.sglang_urls, cfg.rollout.sglang_weight_sync = "sglang", [server], mode
+    cfg.rollout.max_new_tokens, cfg.rollout.n_samples_per_prompt, cfg.rollout.prompts_per_step = 8, 2, 1
+    cfg.rollout.prompt_style, cfg.rollout.weight_bucket_mb, cfg.train.lr = "zero_shot", 0.5, 1e-2
+    cfg.validate()
+    placement = make_placement(cfg.cluster)
+    actor = TrainGroup.for_run(cfg, placement.actor)
+    manager = RolloutManager.remote(cfg, placement.rollout)
+    try:
+        assert sync_weights(actor, manager) == 0
+        samples, _ = ray.get(manager.generate.remote(0))
+        actor.train_grpo(samples, [1.0, -1.0], actor.compute_logprobs(samples))
+        assert sync_weights(actor, manager) == 1
+        assert ray.get(manager.weights_versions.remote()) == [1]
+        fresh, _ = ray.get(manager.generate.remote(1))
+        assert {s.weight_version for s in fresh} == {1}
+        new_gap, old_gap = (logprob_mismatch(x, actor.compute_logprobs(x)) for x in (fresh, samples))
+        print(f"{mode}: mean |server - trainer| logprob: after sync {new_gap:.2e}, stale samples {old_gap:.2e}")
+        assert new_gap < 1e-4 and old_gap > 1e-3
+        assert not (tmp_path / "run" / "engine_weights").exists()
+        assert len(groups_of(server)) == (1 if mode == "distributed" else 0)
+    finally:
+        ray.get(manager.shutdown.remote())
+        ray.kill(manager)
+        actor.shutdown()
+        ray.util.remove_placement_group(placement.pg)
+    assert groups_of(server) == []
+
+
+def test_config_names_the_setting_to_change():
+    from kbencheval.config import ConfigError
+    from smart.config import RLConfig, from_dict
+
+    def rl(**rollout):
+        return from_dict(RLConfig, {"model_path": "m", "rollout": rollout})
+
+    assert rl().rollout.sglang_weight_sync == "disk"
+    with pytest.raises(ConfigError, match="set rollout.engine=sglang or rollout.sglang_weight_sync=disk"):
+        rl(sglang_weight_sync="tensor")
+    with pytest.raises(ConfigError, match="rollout.weight_bucket_mb must be > 0"):
+        rl(engine="sglang", sglang_urls=["http://a:1"], sglang_weight_sync="distributed", weight_bucket_mb=0)
+    with pytest.raises(ConfigError, match="sglang_weight_sync"):
+        rl(engine="sglang", sglang_urls=["http://a:1"], sglang_weight_sync="nccl")
+    assert rl(engine="sglang", sglang_urls=["http://a:1"], sglang_weight_sync="distributed").rollout.weight_bucket_mb == 512
