@@ -66,7 +66,8 @@ def init_weights_update_group(server, body: dict) -> dict:
 
     try:
         group = WeightGroup.join(str(body["master_address"]), int(body["master_port"]), int(body["rank_offset"]),
-                                 int(body["world_size"]), str(body.get("backend") or "nccl"), name, GROUP_TIMEOUT_S)
+                                 int(body["world_size"]), str(body.get("backend") or "nccl"), name, GROUP_TIMEOUT_S,
+                                 device=str(server.engine.device) if body.get("backend") != "gloo" else "cpu")
     except Exception as exc:  # bad fields, an unreachable master, a timeout: the client gets the reason
         raise WeightRouteError(f"could not join weight update group {name!r}: {exc.__class__.__name__}: {exc}"[:500]) from None
     with server.groups_lock:

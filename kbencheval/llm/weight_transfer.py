@@ -71,10 +71,9 @@ def dtype_name(dtype: torch.dtype) -> str:
 class WeightGroup:
     """One weight-update process group: rank 0 (the trainer) broadcasts, every other rank (a server) receives."""
 
-    def __init__(self, store, pg, rank: int, world_size: int, backend: str, timeout_s: float):
+    def __init__(self, store, pg, rank: int, world_size: int, backend: str, timeout_s: float, device: torch.device):
         self.store, self.pg, self.rank, self.world_size = store, pg, rank, world_size
-        self.backend, self.timeout = backend, datetime.timedelta(seconds=timeout_s)
-        self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        self.backend, self.timeout, self.device = backend, datetime.timedelta(seconds=timeout_s), device
 
     @classmethod
     def master_store(cls, host: str, timeout_s: float):
@@ -85,17 +84,18 @@ class WeightGroup:
 
     @classmethod
     def join(cls, master_address: str, master_port: int, rank: int, world_size: int, backend: str,
-             group_name: str, timeout_s: float = 120.0, store=None) -> "WeightGroup":
+             group_name: str, timeout_s: float = 120.0, store=None, device: str | None = None) -> "WeightGroup":
         """Join (rank > 0) or form (rank 0, with its master_store) the group; blocks until all ranks joined
-        or timeout_s passed (then raises)."""
+        or timeout_s passed (then raises). device: where tensors are broadcast from or received into (nccl:
+        this process's GPU, default the current one; NCCL refuses two ranks on one GPU)."""
         import torch.distributed as dist
 
         if backend not in ("gloo", "nccl"):
             raise ValueError(f"backend={backend!r}: use gloo (CPU) or nccl (GPU)")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside a world of {world_size}")
-        if backend == "nccl" and not torch.cuda.is_available():
-            raise ValueError("backend=nccl needs a GPU; use gloo on CPU")
+        if backend == "nccl" and (not torch.cuda.is_available() or (device and torch.device(device).type != "cuda")):
+            raise ValueError("backend=nccl needs this process on a GPU (kbench serve --device cuda); use gloo on CPU")
         timeout = datetime.timedelta(seconds=timeout_s)
         if store is None:
             store = dist.TCPStore(master_address, int(master_port), None, False, timeout)
@@ -106,7 +106,10 @@ class WeightGroup:
             pg = dist.ProcessGroupNCCL(prefixed, rank, world_size, opts)
         else:
             pg = dist.ProcessGroupGloo(prefixed, rank, world_size, timeout)
-        return cls(store, pg, rank, world_size, backend, timeout_s)
+        where = torch.device(device or ("cuda" if backend == "nccl" else "cpu"))
+        if where.type == "cuda" and where.index is None:
+            where = torch.device("cuda", torch.cuda.current_device())
+        return cls(store, pg, rank, world_size, backend, timeout_s, where)
 
     def _broadcast(self, tensor: torch.Tensor) -> None:
         import torch.distributed as dist

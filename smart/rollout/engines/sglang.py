@@ -90,11 +90,11 @@ class SGLangEngineActor:
         elif self.weight_sync == "distributed":
             self.puller.push(weights, version)
         else:
-            self._push_folder(weights)
+            self._push_folder(weights, version)
         self.version = int(version)
         return self.version
 
-    def _push_folder(self, model_path: str) -> None:
+    def _push_folder(self, model_path: str, version: int) -> None:
         url = f"{self.base_url}/update_weights_from_disk"
         body = {"model_path": model_path, "weight_version": str(version)}
         try:
