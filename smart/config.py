@@ -132,8 +132,7 @@ class RolloutConfig:
     router_policy: Literal["round_robin", "cache_aware", "random", "power_of_two"] = "round_robin"
     """router=sglang, router started by the run: how it spreads requests over the servers."""
     sglang_weight_sync: Literal["disk", "tensor", "distributed"] = "disk"
-    """engine=sglang: how weights reach the servers: a save_pretrained folder, serialized tensors over HTTP, or a
-    broadcast from the trainer's rank 0 over a process group (see docs/training.md)."""
+    """engine=sglang: weights reach the servers as a folder, serialized tensors over HTTP, or a rank-0 broadcast."""
     weight_bucket_mb: float = 512.0
     """sglang_weight_sync=tensor|distributed: most megabytes of weights per HTTP request / broadcast bucket."""
     health_timeout_s: float = 10.0

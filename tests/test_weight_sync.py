@@ -145,6 +145,30 @@ def test_distributed_routes_receive_a_gloo_broadcast_and_refuse_bad_requests(ser
     assert again["success"] is False
 
 
+def test_a_trainer_that_died_fails_the_update_fast_and_drops_the_group(server, reference):
+    """Rank 0 joins from a process that then exits: the server's receive errors at once (no wait for the
+    group timeout), answers success: false and forgets the broken group."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.support import ENV
+
+    store = WeightGroup.master_store("127.0.0.1", 30)
+    code = (f"from kbencheval.llm.weight_transfer import WeightGroup\n"
+            f"WeightGroup.join('127.0.0.1', {store.port}, 0, 2, 'gloo', 'g-dead', 30)\n")
+    trainer = subprocess.Popen([sys.executable, "-c", code], env=ENV)
+    init = requests.post(f"{server}/init_weights_update_group", timeout=60, json={
+        "master_address": "127.0.0.1", "master_port": store.port, "rank_offset": 1, "world_size": 2,
+        "group_name": "g-dead", "backend": "gloo"}).json()
+    assert init["success"] is True and trainer.wait(timeout=30) == 0
+    before, started = server_version(server), time.monotonic()
+    reply = _update(server, "g-dead", list(reference.state_dict().items())[:1]).json()
+    assert reply["success"] is False and "re-initialize" in reply["error"]["message"]
+    assert time.monotonic() - started < 10 and "g-dead" not in groups_of(server)
+    assert server_version(server) == before
+
+
 def perturb_trainer(backend, seed: int) -> None:
     """Runs in a trainer rank (TrainWorker.run): new weights, as an optimizer step would make."""
     gen = torch.Generator().manual_seed(seed)
