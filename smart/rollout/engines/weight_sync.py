@@ -48,10 +48,11 @@ def bucket_plan(state_dict: dict, bucket_bytes: int) -> list[list[tuple[str, str
 
 
 def stage_weights(backend, version: int, bucket_bytes: int) -> dict:
-    """Every rank joins the gather; rank 0 keeps the weights and returns the plan (others: no buckets)."""
+    """Every rank joins the gather; rank 0 keeps the weights and returns the plan (others: no buckets).
+    In the compute dtype, as export_hf writes them for the disk path (bf16 on GPUs: half the bytes)."""
     import torch
 
-    state = backend.state_dict_for_sync()
+    state = backend.state_dict_for_sync(getattr(backend, "compute_dtype", None))
     if not state:
         return {"buckets": [], "backend": ""}
     _STAGED.clear()  # one version at a time: the previous sync finished before this one started
