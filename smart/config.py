@@ -131,6 +131,10 @@ class RolloutConfig:
     """router=sglang: a running sglang-router to register sglang_urls with; "" starts one for the run."""
     router_policy: Literal["round_robin", "cache_aware", "random", "power_of_two"] = "round_robin"
     """router=sglang, router started by the run: how it spreads requests over the servers."""
+    sglang_weight_sync: Literal["disk", "tensor", "distributed"] = "disk"
+    """engine=sglang: weights reach the servers as a folder, serialized tensors over HTTP, or a rank-0 broadcast."""
+    weight_bucket_mb: float = 512.0
+    """sglang_weight_sync=tensor|distributed: most megabytes of weights per HTTP request / broadcast bucket."""
     health_timeout_s: float = 10.0
     """Between steps each engine must answer a ping within this (0 = no check): a dead embedded engine is
     restarted with the current weights, a dead SGLang server is dropped (and removed from the router)."""
@@ -142,6 +146,11 @@ class RolloutConfig:
             raise ConfigError("rollout.engine=sglang needs rollout.sglang_urls=[http://HOST:PORT, ...] (one per engine)")
         if self.sglang_timeout_s <= 0:
             raise ConfigError("rollout.sglang_timeout_s must be > 0")
+        if self.sglang_weight_sync != "disk" and self.engine != "sglang":
+            raise ConfigError(f"rollout.sglang_weight_sync={self.sglang_weight_sync} syncs SGLang servers: set "
+                              "rollout.engine=sglang or rollout.sglang_weight_sync=disk")
+        if self.weight_bucket_mb <= 0:
+            raise ConfigError(f"rollout.weight_bucket_mb must be > 0, got {self.weight_bucket_mb}")
         if self.router and self.engine != "sglang":
             raise ConfigError(f"rollout.router={self.router} routes SGLang servers: set rollout.engine=sglang or rollout.router=''")
         if self.router_url and not self.router:

@@ -169,6 +169,9 @@ class FakeEngine:
     def retire(self):
         self.retired = True
 
+    def close(self):
+        pass
+
 
 def _fleet(on_dead: str, n: int = 2, max_restarts: int = 3) -> EngineFleet:
     kind = EngineKind(needs_slots=on_dead == "restart", preflight=lambda cfg: None, weights_sink=lambda cfg: None,

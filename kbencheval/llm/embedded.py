@@ -196,7 +196,8 @@ class EmbeddedEngine:
 
     @torch.no_grad()
     def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        """Copy tensors into the live model (all or a subset of its names); then set weights_version."""
+        """Copy tensors into the live model (all or a subset of its names); then set weights_version.
+        All or nothing: names and shapes are checked before any tensor is copied."""
         with self._lock:
             targets = self.model.state_dict(keep_vars=True)
             unknown = sorted(set(state_dict) - set(targets))
@@ -204,9 +205,9 @@ class EmbeddedEngine:
                 raise ValueError(f"update_weights: unknown names {unknown[:3]} (+{max(0, len(unknown) - 3)} more); "
                                  "send names from engine.state_dict()")
             for name, value in state_dict.items():
-                target = targets[name]
-                if tuple(value.shape) != tuple(target.shape):
+                if tuple(value.shape) != tuple(targets[name].shape):
                     raise ValueError(f"update_weights: {name} has shape {tuple(value.shape)}, "
-                                     f"the model expects {tuple(target.shape)}")
-                target.data.copy_(value.to(device=target.device, dtype=target.dtype))
+                                     f"the model expects {tuple(targets[name].shape)}")
+            for name, value in state_dict.items():
+                targets[name].data.copy_(value.to(device=targets[name].device, dtype=targets[name].dtype))
             self.weights_version = int(version)

@@ -3,15 +3,18 @@
 Serves a local HF model (the `EmbeddedEngine`) over HTTP with the routes our clients use, so the
 OpenAI and SGLang clients, `kbench run-one` and rollout code can be exercised without SGLang:
 
-    GET  /health                      200 once the model is loaded; weights_version, generate_requests
+    GET  /health                      200 once the model is loaded; weights_version, generate_requests,
+                                      weight_update_groups
     GET  /v1/models                   the served model id (= --model)
     POST /v1/chat/completions         OpenAI format: messages, n, temperature, top_p, max_tokens, seed, logprobs
     POST /generate                    SGLang native: input_ids | text, sampling_params, return_logprob
     POST /update_weights_from_disk    {"model_path": DIR} -> loads new weights in place
+    POST /update_weights_from_tensor, /init_weights_update_group, /update_weights_from_distributed,
+         /destroy_weights_update_group   weights without disk (kbencheval.llm.serve_weights)
 
 Generation is serialized by the engine's lock; this is a test and small-scale server, not a fast one.
-The weight route exists only so smart's SGLang engine can be tested without SGLang: it mirrors
-SGLang's route of the same name and is a thin adapter over `EmbeddedEngine.update_weights`.
+The weight routes exist only so smart's SGLang engine can be tested without SGLang: they mirror
+SGLang's routes of the same names and is a thin adapter over `EmbeddedEngine.update_weights`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kbencheval.llm.base import LLMError, SamplingParams
+from kbencheval.llm.serve_weights import ROUTES as WEIGHT_ROUTES, WeightRouteError
 
 
 class BadRequest(ValueError):
@@ -82,7 +86,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         try:
             self._send(200, route())
-        except (BadRequest, LLMError) as exc:
+        except (BadRequest, LLMError, WeightRouteError) as exc:
             self._send(400, {"error": {"message": str(exc), "type": "invalid_request_error"}, "success": False})
         except Exception as exc:  # a server bug must answer the client, not hang it
             self._send(500, {"error": {"message": f"{exc.__class__.__name__}: {exc}"[:500]}})
@@ -92,12 +96,18 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self._dispatch({"/v1/chat/completions": self.chat_completions, "/generate": self.generate,
-                        "/update_weights_from_disk": self.update_weights_from_disk})
+                        "/update_weights_from_disk": self.update_weights_from_disk,
+                        **{path: self._weight_route(fn) for path, fn in WEIGHT_ROUTES.items()}})
+
+    def _weight_route(self, fn):
+        return lambda: fn(self.server, _json_body(self))
 
     # ---- routes ----
     def health(self) -> dict:
+        with self.server.groups_lock:
+            groups = sorted(self.server.weight_groups)
         return {"status": "ok", "weights_version": self.server.engine.weights_version,
-                "generate_requests": self.server.generate_requests}
+                "generate_requests": self.server.generate_requests, "weight_update_groups": groups}
 
     def models(self) -> dict:
         return {"object": "list", "data": [{"id": self.server.model_name, "object": "model", "owned_by": "kbench"}]}
@@ -211,6 +221,7 @@ class KBenchServer(ThreadingHTTPServer):
         super().__init__(address, Handler)
         self.engine, self.model_name, self.verbose = engine, model_name, verbose
         self.generate_requests, self.count_lock = 0, threading.Lock()  # POST /generate calls served so far
+        self.weight_groups, self.group_locks, self.groups_lock = {}, {}, threading.Lock()  # serve_weights' groups
 
 
 def main(argv: list[str] | None = None) -> int:

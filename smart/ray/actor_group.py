@@ -41,6 +41,11 @@ class TrainWorker:
     def weights_version(self) -> int:
         return self.backend.weights_version
 
+    def run(self, fn, *args):
+        """fn(backend, *args) in this rank's process: weight senders (smart.rollout.engines.weight_sync)
+        keep per-process state, such as a broadcast group, next to the weights."""
+        return fn(self.backend, *args)
+
 
 @ray.remote
 def _free_port() -> tuple[str, int]:
@@ -89,6 +94,10 @@ class TrainGroup:
 
     def weights_version(self) -> int:
         return ray.get(self.workers[0].weights_version.remote())
+
+    def run_on_ranks(self, fn, *args) -> list:
+        """fn(backend, *args) on every rank at once (collectives need all of them); results by rank."""
+        return ray.get([w.run.remote(fn, *args) for w in self.workers])
 
     def save_checkpoint(self, path: str) -> None:
         self._all("save_checkpoint", path)

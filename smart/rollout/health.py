@@ -98,6 +98,9 @@ class EngineFleet:
         return engine
 
     def shutdown(self) -> None:
+        """Let every engine release what it holds outside its actor (Engine.close), briefly, then kill it."""
+        if self.engines:
+            ray.wait([e.close.remote() for e in self.engines], num_returns=len(self.engines), timeout=30.0)
         for e in self.engines:
             ray.kill(e)
 

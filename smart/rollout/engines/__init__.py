@@ -7,8 +7,8 @@
     EngineFleet(kind, cfg, slots).check()       # between steps: restart or drop dead engines (health.py)
 
 An engine owns generation and its own weight sync: `push(weights, version)` takes whatever its
-`WeightSink` packed on the trainer side (a state-dict object ref for embedded engines, a
-save_pretrained folder for SGLang servers). Heavy or optional dependencies load only inside the
+`WeightSink` packed on the trainer side (a state-dict object ref for embedded engines; for SGLang
+servers a save_pretrained folder, a state-dict ref or a broadcast plan, per rollout.sglang_weight_sync). Heavy or optional dependencies load only inside the
 engine's module, when its kind is asked for.
 """
 
@@ -43,6 +43,9 @@ class Engine(Protocol):
 
     def retire(self) -> None:
         """Called before a dead engine is dropped: release what it holds outside its actor (a router entry)."""
+
+    def close(self) -> None:
+        """Called when the run ends: release what weight sync holds outside the actor (a broadcast group)."""
 
 
 class WeightSink(Protocol):

@@ -42,6 +42,9 @@ class EmbeddedEngineActor:
     def retire(self) -> None:
         pass
 
+    def close(self) -> None:
+        pass  # holds nothing outside its actor
+
 
 @dataclasses.dataclass(frozen=True)
 class ObjectStoreWeights:

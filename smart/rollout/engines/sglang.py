@@ -8,10 +8,11 @@ With rollout.router=sglang, generation goes through one sglang-router in front o
 still loads weights into its own server; a dropped engine takes its server out of the router.
 
 Generation uses SGLang's native POST /generate (token ids in; output ids and per-token logprobs out),
-so nothing is re-tokenized. Weights move through disk: the trainer writes a save_pretrained folder
-and the engine POSTs {"model_path": folder, "weight_version": "N"} to /update_weights_from_disk, so
-the folder must be visible to the server (same machine or shared storage). Written against SGLang's
-documented request fields and tested against `kbench serve`, not a real SGLang server.
+so nothing is re-tokenized. Weights move as rollout.sglang_weight_sync says: `disk` (default) writes a
+save_pretrained folder and the engine POSTs {"model_path": folder, "weight_version": "N"} to
+/update_weights_from_disk, so the folder must be visible to the server (same machine or shared
+storage); `tensor` and `distributed` need no disk (smart.rollout.engines.weight_sync). Written against
+SGLang's documented request fields and tested against `kbench serve`, not a real SGLang server.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kbencheval.config import ConfigError
 from kbencheval.llm.base import Completion, SamplingParams
 from smart.rollout.engines import EngineKind
 from smart.rollout.engines.router import FIX, RouterError, SGLangRouter, check_router
+from smart.rollout.engines.weight_sync import DistributedPuller, DistributedWeights, TensorWeights, push_tensors
 
 
 class SGLangUnreachable(ConfigError):
@@ -55,9 +57,11 @@ def check_server(base_url: str, timeout_s: float = 5.0) -> None:
 @ray.remote(num_cpus=0)  # the server does the work; the actor only waits on HTTP
 class SGLangEngineActor:
     def __init__(self, base_url: str, model_path: str, timeout_s: float = 600.0, max_concurrency: int = 32,
-                 max_retries: int = 3, router=None, generate_url: str = ""):
+                 max_retries: int = 3, router=None, generate_url: str = "", weight_sync: str = "disk",
+                 bucket_bytes: int = 512 << 20):
         """base_url: this engine's server (weights, health); generate_url: where generation goes
-        ("" = base_url; a router's URL); router: that router's actor handle, told when this engine is dropped."""
+        ("" = base_url; a router's URL); router: that router's actor handle, told when this engine is dropped;
+        weight_sync: disk | tensor | distributed (rollout.sglang_weight_sync), in buckets of bucket_bytes."""
         from kbencheval.llm.http import SGLangClient
 
         check_server(base_url)
@@ -66,6 +70,8 @@ class SGLangEngineActor:
                                    timeout=timeout_s, max_retries=max_retries)
         self.pool = cf.ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="sglang-engine")
         self.version = 0
+        self.weight_sync, self.bucket_bytes = weight_sync, int(bucket_bytes)
+        self.puller = DistributedPuller(self.base_url, timeout_s) if weight_sync == "distributed" else None
 
     def generate_ids(self, prompt_ids_batch: list[list[int]], params: SamplingParams) -> list[Completion]:
         """One request per prompt so each keeps its own seed (row i uses seed + i, as the embedded engine)."""
@@ -76,8 +82,19 @@ class SGLangEngineActor:
                    for ids, seed in zip(prompt_ids_batch, seeds)]
         return [f.result() for f in futures]
 
-    def push(self, model_path: str, version: int) -> int:
-        """Load a save_pretrained folder into the server, then record `version` (returned)."""
+    def push(self, weights, version: int) -> int:
+        """Load what this kind's sink packed (a folder; a state dict; a DistributedPlan) into the server,
+        then record `version` (returned). A refused load raises and leaves the version alone."""
+        if self.weight_sync == "tensor":
+            push_tensors(self.base_url, weights, version, self.bucket_bytes, self.timeout_s)
+        elif self.weight_sync == "distributed":
+            self.puller.push(weights, version)
+        else:
+            self._push_folder(weights, version)
+        self.version = int(version)
+        return self.version
+
+    def _push_folder(self, model_path: str, version: int) -> None:
         url = f"{self.base_url}/update_weights_from_disk"
         body = {"model_path": model_path, "weight_version": str(version)}
         try:
@@ -89,8 +106,6 @@ class SGLangEngineActor:
             message = reply.get("message") or (reply.get("error") or {}).get("message") or resp.text[:300]
             raise RuntimeError(f"{url} refused {model_path} (HTTP {resp.status_code}): {message}; "
                                "the folder must be a save_pretrained folder of the served architecture, visible to the server")
-        self.version = int(version)
-        return self.version
 
     def weights_version(self) -> int:
         return self.version
@@ -99,9 +114,16 @@ class SGLangEngineActor:
         check_server(self.base_url, timeout_s)
 
     def retire(self) -> None:
-        """Take this engine's server out of the router, so no request is sent to it any more."""
+        """Take this engine's server out of the router, so no request is sent to it any more; destroy its
+        weight update group."""
+        self.close()
         if self.router is not None:
             ray.get(self.router.remove.remote(self.base_url), timeout=60)
+
+    def close(self) -> None:
+        """The run ends: destroy the weight update group on the server and the trainer (distributed sync)."""
+        if self.puller is not None:
+            self.puller.close()
 
     def state_dict(self) -> dict:
         raise EngineWeightsUnavailable(
@@ -152,9 +174,23 @@ def _start(cfg, slots: list) -> list:
     # The servers run elsewhere: the actors only wait on HTTP and take no reserved slot.
     rc = cfg.rollout
     router, generate_url = start_router(rc, rc.sglang_urls) if rc.router else (None, "")
-    return [SGLangEngineActor.remote(url, cfg.model_path, rc.sglang_timeout_s, router=router, generate_url=generate_url)
+    return [SGLangEngineActor.remote(url, cfg.model_path, rc.sglang_timeout_s, router=router, generate_url=generate_url,
+                                     weight_sync=rc.sglang_weight_sync, bucket_bytes=_bucket_bytes(rc))
             for url in rc.sglang_urls]
 
 
-KIND = EngineKind(needs_slots=False, preflight=_preflight, start=_start,
-                  weights_sink=lambda cfg: DiskWeights(str(Path(cfg.out_dir) / "engine_weights")), on_dead="drop")
+def _bucket_bytes(rc) -> int:
+    return max(1, int(rc.weight_bucket_mb * (1 << 20)))
+
+
+def _weights_sink(cfg):
+    """rollout.sglang_weight_sync picks the trainer-side half: a folder, the object store, or a broadcast plan."""
+    rc = cfg.rollout
+    if rc.sglang_weight_sync == "tensor":
+        return TensorWeights()
+    if rc.sglang_weight_sync == "distributed":
+        return DistributedWeights(_bucket_bytes(rc))
+    return DiskWeights(str(Path(cfg.out_dir) / "engine_weights"))
+
+
+KIND = EngineKind(needs_slots=False, preflight=_preflight, start=_start, weights_sink=_weights_sink, on_dead="drop")
