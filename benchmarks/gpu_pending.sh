@@ -12,10 +12,12 @@
 #   engine          embedded engine tokens/s vs transformers generate, with the bandwidth floor           (500)
 #   megatron        tests/test_megatron_gpu.py and train_throughput.py --quick                            (560)
 #   corpus          corpus verify records/min and index build                                            (300)
-#   weights         weight sync seconds per GB: disk, tensor, distributed                               (300)
+#   weights         weight sync seconds per GB: disk, tensor, distributed (host tensors: the script has
+#                   no GPU trainer/server mode yet, so this is the H100 machine's CPU path)           (300)
 #   learning_start  the learning run (issue 13), detached with setsid: it outlives this call
 #   learning_status how far the detached learning run is; copies its summary when done
-# At the end everything under OUT_DIR/work is packed into OUT_DIR/gpu_pending.tgz (the device tool
+# On the device first install the wheels it lacks (see ../shared/device/make-wheels.sh) and put
+# them on PYTHONPATH. At the end everything under OUT_DIR/work is packed into OUT_DIR/gpu_pending.tgz (the device tool
 # returns at most 8 files), and a one-line status per step is printed.
 set -u
 out=${1:?usage: bash benchmarks/gpu_pending.sh OUT_DIR STEP [STEP ...]}
@@ -50,7 +52,8 @@ for step in "$@"; do
               run megatron_throughput 260 "$py" benchmarks/train_throughput.py --quick \
                   --out "$work/train_throughput_h100.json" ;;
     corpus) run corpus 300 "$py" benchmarks/corpus_throughput.py --device cuda --out "$work/corpus_throughput_h100.json" ;;
-    weights) run weights 300 "$py" benchmarks/weight_sync.py --device cuda --out "$work/weight_sync_h100.json" ;;
+    weights) run weights 300 "$py" benchmarks/weight_sync.py --hidden 2048 --layers 16 --repeats 3 \
+        --out "$work/weight_sync_h100_host.json" ;;
     learning_start)
       rm -rf "$learn" && mkdir -p "$learn"
       setsid nohup bash scripts/run_learning.sh configs/learn_synth_gpu.yaml "$learn/run" > "$learn/log" 2>&1 &
