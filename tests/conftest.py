@@ -34,3 +34,14 @@ def _quiet_env():
 def tiny_model(tmp_path_factory) -> str:
     """One tiny random Qwen3 + locally trained tokenizer for the whole session (~5 s to build)."""
     return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"))
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray of 2 CPUs for one test module; its workers import this checkout."""
+    ray = pytest.importorskip("ray")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": repo, "TOKENIZERS_PARALLELISM": "false"}})
+    yield
+    ray.shutdown()

@@ -48,14 +48,6 @@ def _changed(a: dict, b: dict) -> bool:
     return any(not torch.equal(a[k].float(), b[k].float()) for k in a)
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}})
-    yield
-    ray.shutdown()
-
-
 @pytest.mark.slow
 def test_sft_then_rl_single_then_multi_turn(tmp_path, local_ray, tiny_model):
     from kbencheval.dataset import get_problem

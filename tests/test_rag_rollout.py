@@ -6,16 +6,7 @@ import pytest
 import ray
 
 from kbencheval.rag.index import build_index
-from tests.support import REPO
 from tests.test_rag import MINILM, corpus
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}})
-    yield
-    ray.shutdown()
 
 
 @pytest.mark.slow

@@ -55,13 +55,6 @@ class FakeTrainer:
         (Path(path) / "config.json").write_text("{}")
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def test_sync_packs_once_pushes_everywhere_and_releases_old_weights(local_ray, tmp_path):
     (tmp_path / "v000001").mkdir()
     engines = [FakeEngine.remote(), FakeEngine.remote()]

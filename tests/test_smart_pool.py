@@ -44,13 +44,6 @@ class FakeWorker:
         pass
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def test_hung_and_crashed_candidates_cost_only_their_own_reward(local_ray):
     problem = Problem(level=1, problem_id=1, name="ReLU", source="")
     pool = EvalPool(RewardConfig(num_workers=2, eval=EvalConfig(timeout_s=2.0), deadline_margin_s=1.5), worker_cls=FakeWorker)

@@ -24,19 +24,11 @@ from kbencheval.llm import SamplingParams  # noqa: E402
 from smart.rollout.engines import EngineKind, engine_kind  # noqa: E402
 from smart.rollout.engines.router import RouterError, SGLangRouter, check_router  # noqa: E402
 from smart.rollout.health import EngineFleet, NoEnginesLeft  # noqa: E402
-from tests.support import REPO, free_port, kbench_server  # noqa: E402
+from tests.support import free_port, kbench_server  # noqa: E402
 
 needs_router = pytest.mark.skipif(not __import__("importlib").util.find_spec("sglang_router"),
                                   reason="sglang-router not installed (pip install -e '.[sglang]')")
 GEN = {"input_ids": [5, 17, 42, 99], "sampling_params": {"max_new_tokens": 2, "temperature": 0.0}}
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}})
-    yield
-    ray.shutdown()
 
 
 @contextlib.contextmanager

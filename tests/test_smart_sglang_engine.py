@@ -19,7 +19,7 @@ from kbencheval.config import ConfigError  # noqa: E402
 from kbencheval.llm import SamplingParams  # noqa: E402
 from kbencheval.llm.embedded import EmbeddedEngine  # noqa: E402
 from smart.rollout.engines.sglang import SGLangEngineActor, SGLangUnreachable, check_server  # noqa: E402
-from tests.support import REPO, free_port, kbench_server  # noqa: E402
+from tests.support import free_port, kbench_server  # noqa: E402
 
 PROMPTS = [[5, 17, 42, 99, 7], [3, 8, 200, 11, 64, 12, 90]]
 
@@ -28,14 +28,6 @@ PROMPTS = [[5, 17, 42, 99, 7], [3, 8, 200, 11, 64, 12, 90]]
 def server(tiny_model):
     with kbench_server(tiny_model) as served:
         yield served.url
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}})
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

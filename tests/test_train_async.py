@@ -98,15 +98,6 @@ def length_reward(cfg, samples):
     return [float(len(s.response_token_ids) % 3) + 0.1 * (s.response_token_ids[-1] % 2) for s in samples]
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}})
-    yield
-    ray.shutdown()
-
-
 def _scalars(out: Path) -> dict[str, dict[int, float]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

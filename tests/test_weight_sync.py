@@ -21,7 +21,7 @@ from kbencheval.llm import SamplingParams  # noqa: E402
 from kbencheval.llm.embedded import EmbeddedEngine  # noqa: E402
 from kbencheval.llm.weight_transfer import WeightGroup, dtype_name, serialize_named_tensors  # noqa: E402
 from smart.rollout.engines.weight_sync import push_tensors  # noqa: E402
-from tests.support import REPO, kbench_server  # noqa: E402
+from tests.support import kbench_server  # noqa: E402
 
 PROMPT = [5, 17, 42, 99, 7]
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=6)
@@ -175,14 +175,6 @@ def perturb_trainer(backend, seed: int) -> None:
     with torch.no_grad():
         for p in backend.model.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=gen).to(p.device))
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}})
-    yield
-    ray.shutdown()
 
 
 @pytest.mark.parametrize("mode", ["tensor", "distributed"])
