@@ -29,21 +29,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def length_reward(cfg, samples):
-    """Deterministic rewards that differ within a group, so every group trains."""
-    return [float(len(s.response_token_ids) % 3) + 0.1 * (s.response_token_ids[-1] % 2) for s in samples]
-
-
 def _scalars(out: Path) -> dict[str, dict[int, float]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from smart.tracking import read_scalars
 
-    values: dict[str, dict[int, float]] = {}
-    for events in sorted((out / "tb").glob("events.*")):
-        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
-        acc.Reload()
-        for tag in acc.Tags()["scalars"]:
-            values.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
-    return values
+    return read_scalars(out / "tb")
 
 
 def run(driver: str, model: str, out: Path, args) -> dict:
@@ -54,7 +43,7 @@ def run(driver: str, model: str, out: Path, args) -> dict:
         f"model_path={model}", f"out_dir={out}", f"num_steps={args.steps}", "seed=0", "rollout.max_turns=1",
         f"rollout.prompts_per_step={args.prompts}", f"rollout.n_samples_per_prompt={args.group}",
         f"rollout.max_new_tokens={args.max_new_tokens}", "rollout.filter_fn=",
-        "reward.reward_fn=benchmarks.async_step_time:length_reward", "train.lr=1e-3", "train.grpo.tis_clip=2",
+        "reward.reward_fn=smart.reward.controls:length_reward", "train.lr=1e-3", "train.grpo.tis_clip=2",
         "export_hf=false", "save_every=0", "resume=false", *args.set])
     t0 = time.perf_counter()
     train(cfg)

@@ -22,13 +22,9 @@ from pathlib import Path
 
 def scalars(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar tag of the TensorBoard events under tb_dir -> [(step, value)], step-sorted."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from smart.tracking import read_scalars
 
-    if not tb_dir.is_dir():
-        return {}
-    acc = EventAccumulator(str(tb_dir), size_guidance={"scalars": 0})
-    acc.Reload()
-    return {tag: sorted((e.step, e.value) for e in acc.Scalars(tag)) for tag in acc.Tags()["scalars"]}
+    return {tag: sorted(values.items()) for tag, values in read_scalars(tb_dir).items()}
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:

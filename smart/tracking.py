@@ -136,3 +136,17 @@ def save_checkpoint(out_dir: Path, step: int, trainer, run_state: dict, keep_las
 
 def read_run_state(ckpt: Path | None) -> dict:
     return json.loads((ckpt / "run_state.json").read_text()) if ckpt else {"next_step": 0}
+
+
+def read_scalars(tb_dir: Path) -> dict[str, dict[int, float]]:
+    """Every scalar tag a run logged under tb_dir -> {step: value}. Every events file is read, in order:
+    a resumed run appends a new one, and its steps overwrite the interrupted run's."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    values: dict[str, dict[int, float]] = {}
+    for events in sorted(Path(tb_dir).glob("events.*")):
+        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            values.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
+    return values

@@ -15,20 +15,10 @@ ray = pytest.importorskip("ray")
 REPO = Path(__file__).resolve().parents[1]
 
 
-def length_reward(cfg, samples):
-    """Deterministic rewards that differ within a group, so every group trains."""
-    return [float(len(s.response_token_ids) % 3) + 0.1 * (s.response_token_ids[-1] % 2) for s in samples]
-
-
 def _scalars(out: Path, tag: str) -> dict[int, float]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from smart.tracking import read_scalars
 
-    values = {}
-    for events in sorted((out / "tb").glob("events.*")):  # a resumed run appends a second file
-        acc = EventAccumulator(str(events))
-        acc.Reload()
-        values |= {e.step: e.value for e in acc.Scalars(tag)} if tag in acc.Tags()["scalars"] else {}
-    return values
+    return read_scalars(out / "tb").get(tag, {})  # a resumed run appends a second events file
 
 
 @pytest.mark.slow
@@ -42,7 +32,7 @@ def test_interrupted_and_resumed_run_equals_an_uninterrupted_one(tmp_path, local
             f"model_path={tiny_model}", f"out_dir={out}", f"num_steps={steps}", "seed=7",
             "rollout.prompts_per_step=2",
             "rollout.n_samples_per_prompt=2", "rollout.max_new_tokens=12", "rollout.max_turns=1",
-            "rollout.temperature=0.8", "rollout.filter_fn=", f"reward.reward_fn={__name__}:length_reward",
+            "rollout.temperature=0.8", "rollout.filter_fn=", "reward.reward_fn=smart.reward.controls:length_reward",
             "train.lr=1e-2", "train.grpo.num_steps_per_rollout=2", "export_hf=false", "save_every=1", "keep_last_n=1"]))
 
     whole, parted = tmp_path / "whole", tmp_path / "parted"

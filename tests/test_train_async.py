@@ -93,21 +93,10 @@ def test_async_driver_names_no_engine_or_backend():
 
 # ---------------------------------------------------------------- real run (slow)
 
-def length_reward(cfg, samples):
-    """Deterministic rewards that differ within a group, so every group trains."""
-    return [float(len(s.response_token_ids) % 3) + 0.1 * (s.response_token_ids[-1] % 2) for s in samples]
-
-
 def _scalars(out: Path) -> dict[str, dict[int, float]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from smart.tracking import read_scalars
 
-    values: dict[str, dict[int, float]] = {}
-    for events in sorted((out / "tb").glob("events.*")):
-        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
-        acc.Reload()
-        for tag in acc.Tags()["scalars"]:
-            values.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
-    return values
+    return read_scalars(out / "tb")
 
 
 @pytest.mark.slow
@@ -120,7 +109,7 @@ def test_async_run_overlaps_bounds_staleness_and_corrects_it(tmp_path, local_ray
         f"model_path={tiny_model}", f"out_dir={out}", "num_steps=3", "seed=3", "max_staleness=1",
         "rollout.prompts_per_step=2", "rollout.n_samples_per_prompt=2", "rollout.max_new_tokens=12",
         "rollout.max_turns=1", "rollout.temperature=1.0", "rollout.filter_fn=",
-        f"reward.reward_fn={__name__}:length_reward", "train.lr=1e-2", "train.grpo.tis_clip=2",
+        "reward.reward_fn=smart.reward.controls:length_reward", "train.lr=1e-2", "train.grpo.tis_clip=2",
         "export_hf=false", "save_every=1", "keep_last_n=1"]))
     m = _scalars(out)
 

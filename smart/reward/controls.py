@@ -25,3 +25,9 @@ def shuffled_preset_rewards(cfg: RewardConfig, samples: list[Sample]) -> list[fl
     rewards = preset_rewards(cfg, samples)
     random.Random(",".join(str(s.index) for s in samples)).shuffle(rewards)
     return rewards
+
+
+def length_reward(cfg: RewardConfig, samples: list[Sample]) -> list[float]:
+    """No evaluator in the signal: a deterministic function of the reply's tokens that differs within a
+    group, so every group trains. For tests and timing runs of the machinery, never for learning."""
+    return [float(len(s.response_token_ids) % 3) + 0.1 * (s.response_token_ids[-1] % 2) for s in samples]
