@@ -14,7 +14,8 @@
 #   corpus          corpus verify records/min and index build                                            (300)
 #   weights         weight sync seconds per GB: disk, tensor, distributed (host tensors: the script has
 #                   no GPU trainer/server mode yet, so this is the H100 machine's CPU path)           (300)
-#   learning_start  the learning run (issue 13), detached with setsid: it outlives this call
+#   learning_start  the learning run (issue 13), detached with setsid: it outlives this call, but only
+#                   while the machine stays held, so keep making calls (other steps) until it is done
 #   learning_status how far the detached learning run is; copies its summary when done
 # On the device first install the wheels it lacks (see ../shared/device/make-wheels.sh) and put
 # them on PYTHONPATH. At the end everything under OUT_DIR/work is packed into OUT_DIR/gpu_pending.tgz (the device tool
