@@ -3,6 +3,7 @@ speak one vocabulary.
 
     DatasetConfig   dataset_src, dataset_path, level            (KernelBench's flat keys)
     ClientConfig    server_type, model_name, base_url, api_key_env, temperature, top_p, max_tokens, seed
+    EvaluatorPoolConfig device, num_gpus, cpu_workers, workers_per_gpu (where evaluators run)
     eval: EvalConfig  the evaluator's full config, nested:      eval.timing_mode=cuda_graph eval.sandbox=bwrap
 
 The flat keys stay top-level (KernelBench users type `level=1 server_type=openai`); evaluator keys
@@ -34,6 +35,30 @@ class DatasetConfig:
     def validate(self) -> None:
         if self.dataset_src not in ("bundled", "local", "huggingface"):
             raise ConfigError(f"dataset_src={self.dataset_src!r}: choose bundled, local or huggingface")
+
+
+@dataclasses.dataclass(kw_only=True)
+class EvaluatorPoolConfig:
+    device: str = "auto"
+    """auto (every GPU, else the CPU interpreter) | cpu | cuda | cuda:N; sets each evaluator's eval.device."""
+    num_gpus: int = 0
+    """With device=cuda/auto: how many GPUs to use; 0 = all visible."""
+    cpu_workers: int = 1
+    """With the CPU: evaluators running side by side."""
+    workers_per_gpu: int = 1
+    """Evaluators per GPU: compile and correctness overlap, timing stays one at a time (the device
+    gate). 1 keeps other candidates' GPU work out of a timing entirely; see docs/evaluator.md."""
+
+    def validate(self) -> None:
+        if self.num_gpus < 0 or self.cpu_workers < 1 or self.workers_per_gpu < 1:
+            raise ConfigError(f"num_gpus={self.num_gpus}, cpu_workers={self.cpu_workers}, workers_per_gpu="
+                              f"{self.workers_per_gpu}: set num_gpus >= 0, cpu_workers >= 1, workers_per_gpu >= 1")
+
+    def devices(self) -> list[str]:
+        """One entry per evaluator to start (kbencheval.bench.common.resolve_devices)."""
+        from kbencheval.bench.common import resolve_devices
+
+        return resolve_devices(self.device, self.num_gpus, self.cpu_workers, self.workers_per_gpu)
 
 
 @dataclasses.dataclass(kw_only=True)

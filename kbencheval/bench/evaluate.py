@@ -17,7 +17,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from kbencheval.bench.common import cli_main, console, make_progress, require, resolve_devices
+from kbencheval.bench.common import cli_main, console, make_progress, require
 from kbencheval.bench.store import (
     MANIFEST,
     RESULTS,
@@ -28,26 +28,16 @@ from kbencheval.bench.store import (
     read_json,
     run_dir,
 )
-from kbencheval.bench.config import EVAL_ALIASES, eval_config_field, load_cli_config
-from kbencheval.config import ConfigError
+from kbencheval.bench.config import EVAL_ALIASES, EvaluatorPoolConfig, eval_config_field, load_cli_config
 from kbencheval.dataset import Problem, load_problems
 from kbencheval.eval.harness import EvalConfig
 from kbencheval.eval.result import EvalResult, Status
 
 
 @dataclasses.dataclass(kw_only=True)
-class EvalRunConfig:
+class EvalRunConfig(EvaluatorPoolConfig):
     run_name: str = ""
     runs_dir: str = "runs"
-    device: str = "auto"
-    """auto (all GPUs, else CPU) | cpu | cuda | cuda:N; sets each evaluator's eval.device."""
-    num_gpus: int = 0
-    """With device=cuda/auto: how many GPUs to use; 0 = all visible."""
-    cpu_workers: int = 1
-    """With the CPU: evaluators running side by side."""
-    workers_per_gpu: int = 1
-    """Evaluators per GPU: compile and correctness overlap, timing stays one at a time (the device
-    gate). 1 keeps other candidates' GPU work out of a timing entirely; see docs/evaluator.md."""
     backend: str = ""
     """Kernel language; empty = the one the run was generated for."""
     verbose: bool = False
@@ -55,9 +45,6 @@ class EvalRunConfig:
     eval: EvalConfig = eval_config_field()
     """The evaluator (kbencheval.eval.harness.EvalConfig): eval.timing_mode=cuda_graph eval.baseline=compile ..."""
 
-    def validate(self) -> None:
-        if self.num_gpus < 0 or self.cpu_workers < 1:
-            raise ConfigError("num_gpus must be >= 0 and cpu_workers >= 1")
 
 
 USAGE = "kbench eval run_name=NAME [key=value ...]   (also scripts/eval_from_generations.py)"
@@ -173,7 +160,7 @@ def evaluate_run(cfg: EvalRunConfig) -> dict:
     manifest = read_json(run / MANIFEST)
     backend = cfg.backend or manifest.get("backend", "triton")
     problems = run_problems(run, manifest)
-    devices = resolve_devices(cfg.device, cfg.num_gpus, cfg.cpu_workers, cfg.workers_per_gpu)
+    devices = cfg.devices()
 
     with ResultsLog(run / RESULTS) as log:
         generations = [g for g in list_generations(run) if g[0] in problems]

@@ -17,8 +17,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from kbencheval.bench.common import cli_main, console, resolve_devices
-from kbencheval.bench.config import EVAL_ALIASES, eval_config_field, load_cli_config
+from kbencheval.bench.common import cli_main, console
+from kbencheval.bench.config import EVAL_ALIASES, EvaluatorPoolConfig, eval_config_field, load_cli_config
 from kbencheval.bench.evaluate import EvalJob, run_pool
 from kbencheval.bench.store import ResultsLog, write_json_atomic
 from kbencheval.config import ConfigError
@@ -33,7 +33,7 @@ EXAMPLE = "kbench corpus verify source=kernelbook path=GPUMODE/KernelBook out=co
 
 
 @dataclasses.dataclass(kw_only=True)
-class VerifyConfig:
+class VerifyConfig(EvaluatorPoolConfig):
     source: str = "kernelbook"
     """kernelbook | kernelllm | sakana"""
     path: str = ""
@@ -44,12 +44,6 @@ class VerifyConfig:
     """Read at most this many records; 0 = all."""
     out: str = ""
     """Folder for records.jsonl, verdicts.jsonl and skipped.jsonl; rerun with the same out to resume."""
-    device: str = "auto"
-    """auto (every GPU, else the CPU interpreter) | cpu | cuda | cuda:N"""
-    num_gpus: int = 0
-    cpu_workers: int = 1
-    workers_per_gpu: int = 1
-    """Evaluators per GPU (compile and correctness overlap; timing is one at a time)."""
     verbose: bool = False
     eval: EvalConfig = eval_config_field()
     """The evaluator (kbencheval.eval.harness.EvalConfig): eval.trials=3 eval.timeout_s=120 ..."""
@@ -57,8 +51,9 @@ class VerifyConfig:
     def validate(self) -> None:
         if self.source not in SOURCES:
             raise ConfigError(f"source={self.source!r} is not one of {', '.join(SOURCES)}")
-        if self.limit < 0 or self.cpu_workers < 1:
-            raise ConfigError("limit must be >= 0 and cpu_workers >= 1")
+        EvaluatorPoolConfig.validate(self)
+        if self.limit < 0:
+            raise ConfigError(f"limit={self.limit}: set limit >= 0 (0 reads every record)")
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -118,7 +113,7 @@ def verify(cfg: VerifyConfig) -> dict:
                       f"all reasons in {out / SKIPPED}[/]")
     if not records:
         raise CorpusError(f"no usable records in {cfg.path or cfg.source}; see {out / SKIPPED}")
-    devices = resolve_devices(cfg.device, cfg.num_gpus, cfg.cpu_workers, cfg.workers_per_gpu)
+    devices = cfg.devices()
     stats = {"evaluated": 0, "skipped_rows": len(skipped), "harness_errors": [], "status_counts": Counter()}
     with ResultsLog(out / VERDICTS) as log:
         todo = [r for r in records if (r.id, 0) not in log.done]
