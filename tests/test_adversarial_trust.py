@@ -18,6 +18,7 @@ import pytest
 from kbencheval.dataset import load_bundled, parse_problem
 from kbencheval.eval.harness import EvalConfig, Evaluator
 from kbencheval.eval.result import Status
+from kbencheval.eval.session import ROUND
 from tests.test_adversarial import HEADER, RELU
 
 ARGMAX = next(p for p in load_bundled(1) if p.problem_id == 10)
@@ -264,4 +265,5 @@ def test_attack_then_honest_control(evaluators, name, static):
     assert not result.correct
     honest = ev.evaluate(problem, "```python\n" + HONEST[problem.key] + "\n```")
     assert honest.status == Status.CORRECT, (problem.key, honest.error)
-    assert len(honest.checks["correctness_timed_outputs"]) == 2  # iters=20: one judged output per round
+    rounds = honest.checks["timing_rounds"]  # iters=20: one judged timed output per round
+    assert len(honest.checks["correctness_timed_outputs"]) == len(rounds) == -(-20 // ROUND)

@@ -128,16 +128,31 @@ def _bare_session():
     return session
 
 
+def _round(new_events_s: float, new_wall_s: float) -> dict:
+    # Reference: 5 x 1 ms of events in a 7 ms round (2 ms loop overhead).
+    return {"ref_wall_s": 0.007, "ref_events_s": 0.005, "new_wall_s": new_wall_s, "new_events_s": new_events_s}
+
+
 def test_the_wall_clock_bounds_the_candidates_event_figures():
     from kbencheval.eval.session import _Verdict
 
     session = _bare_session()
-    # Reference: 10 x 1 ms of events in a 12 ms round (2 ms loop overhead).
-    ref_us, walls = [1000.0] * 10, {"ref": 0.012, "new": 0.052}
-    session.check_wall_bound([5000.0] * 10, ref_us, walls)  # honest: 50 ms of events in a 52 ms round
-    with pytest.raises(_Verdict, match="contradicted by the harness's clock") as caught:
-        session.check_wall_bound([10.0] * 10, ref_us, walls)  # claims 0.1 ms for the same round
+    session.check_wall_bound([_round(0.025, 0.027)] * 4)  # honest: 25 ms of events in a 27 ms round
+    with pytest.raises(_Verdict, match="contradicted by the harness's clock in 4 of 4 rounds") as caught:
+        session.check_wall_bound([_round(0.0001, 0.027)] * 4)  # claims 0.1 ms for the same rounds
     assert caught.value.result.status == Status.REJECTED
+
+
+def test_one_round_slowed_by_the_host_is_noise_but_most_rounds_are_not():
+    from kbencheval.eval.session import _Verdict
+
+    session = _bare_session()
+    honest, slowed = _round(0.004, 0.006), _round(0.004, 0.066)  # 60 ms of host delay in one round
+    session.check_wall_bound([honest, slowed, honest, honest])
+    with pytest.raises(_Verdict, match="3 of 4 rounds"):
+        session.check_wall_bound([honest, slowed, slowed, slowed])
+    with pytest.raises(_Verdict, match="1 of 1 rounds"):
+        session.check_wall_bound([slowed])
 
 
 def test_a_time_below_the_physical_floor_is_rejected():

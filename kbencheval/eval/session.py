@@ -19,8 +19,12 @@ from kbencheval.eval.protocol import (CandidateJob, Compare, Failure, Outputs, P
 from kbencheval.eval.result import EvalResult, Status, TimingStats
 from kbencheval.eval.seeds import RunSeeds
 
-ROUND = 10  # timed iterations per round; rounds alternate between the judge and the worker
-WALL_FRACTION, WALL_SLACK_S = 0.25, 0.002  # generous: the bound catches forged figures, not noise
+ROUND = 5  # timed iterations per round; rounds alternate between the judge and the worker
+# Generous: the bound catches forged figures, not noise. A round contradicts the candidate's figures when
+# its events explain under WALL_FRACTION of the wall time the reference's loop does not account for; the
+# candidate is rejected when most rounds do (a lone round slowed by host load is noise, seen on the H100
+# with the host's cores busy: one honest ReLU round took 60 ms beyond the reference's loop).
+WALL_FRACTION, WALL_SLACK_S = 0.25, 0.002
 FLOOR_FRACTION = 0.5  # a copy kernel is not the peak; half the floor is still physically impossible
 
 
@@ -90,6 +94,7 @@ class Session:
         setup = self.ask(RunPhase(phase="timing_setup", trials=[], timing_trials=list(seeds.timing[:1])))
         ref_setup = self.judge_timing(TimeReference(spec=spec, trials=list(seeds.timing[:1]), setup=True))
         times = {"ref_us": [], "new_us": []}
+        rounds = self.checks["timing_rounds"] = []  # per round: wall and event seconds of both sides
         for r in range(-(-spec.iters // ROUND)):
             trials = fresh(min(ROUND, spec.iters - r * ROUND))
             order = ("ref", "new") if r % 2 == 0 else ("new", "ref")  # alternate to cancel drift
@@ -103,11 +108,13 @@ class Session:
                 walls[name] = time.monotonic() - clock
             if len(new_us) != len(trials) or not all(isinstance(t, (int, float)) and t > 0 for t in new_us):
                 raise ProtocolError("timing figures that do not match the timed iterations")
-            self.check_wall_bound(new_us, ref_us, walls)
+            rounds.append({"ref_wall_s": round(walls["ref"], 6), "ref_events_s": round(sum(ref_us) / 1e6, 6),
+                           "new_wall_s": round(walls["new"], 6), "new_events_s": round(sum(new_us) / 1e6, 6)})
             times["ref_us"] += ref_us
             times["new_us"] += new_us
             picked = rng.choice(trials)
             self.judge(self.ask(RunPhase(phase="timed_outputs", trials=[picked])), where="in a timed iteration")
+        self.check_wall_bound(rounds)
         self.checks["timing_trust"] = (f"reference: {ref_setup['mechanism']} in the judge; candidate: "
                                        f"{setup.timing['mechanism']} in its worker, bounded by the harness's clock")
         result = correct_result(times, self.checks)
@@ -121,17 +128,23 @@ class Session:
                                       error=f"the reference could not be timed: {reply.get('error')}"))
         return reply
 
-    def check_wall_bound(self, new_us: list, ref_us: list, walls: dict) -> None:
-        """The same loop (fresh inputs, flush, sync) ran for both: the reference's wall time minus its
-        trusted event times is the loop's overhead, so the candidate's events must explain the rest."""
-        overhead_s = max(0.0, walls["ref"] - sum(ref_us) / 1e6)
-        unexplained_s = walls["new"] - overhead_s
-        claimed_s = sum(new_us) / 1e6
-        if claimed_s < WALL_FRACTION * unexplained_s - WALL_SLACK_S:
+    def check_wall_bound(self, rounds: list[dict]) -> None:
+        """The same loop (fresh inputs, flush, sync) ran for both: in each round the reference's wall time
+        minus its trusted event times is the loop's overhead, so the candidate's events must explain the
+        rest of its round. Rejected when more than half of the rounds contradict the figures."""
+        contradicted = []
+        for r in rounds:
+            overhead_s = max(0.0, r["ref_wall_s"] - r["ref_events_s"])
+            unexplained_s = r["new_wall_s"] - overhead_s
+            if r["new_events_s"] < WALL_FRACTION * unexplained_s - WALL_SLACK_S:
+                contradicted.append((r, overhead_s))
+        if 2 * len(contradicted) > len(rounds):
+            r, overhead_s = max(contradicted, key=lambda c: c[0]["new_wall_s"] - c[1] - c[0]["new_events_s"])
             raise _Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=(
-                f"timing contradicted by the harness's clock: the candidate's events claim {claimed_s * 1e3:.3f} ms "
-                f"for a round that took {walls['new'] * 1e3:.3f} ms (the same loop around the reference: "
-                f"{overhead_s * 1e3:.3f} ms besides the reference's own time)")))
+                f"timing contradicted by the harness's clock in {len(contradicted)} of {len(rounds)} rounds: e.g. "
+                f"the candidate's events claim {r['new_events_s'] * 1e3:.3f} ms for a round that took "
+                f"{r['new_wall_s'] * 1e3:.3f} ms (the same loop around the reference: {overhead_s * 1e3:.3f} ms "
+                "besides the reference's own time)")))
 
     def check_floor(self, result: EvalResult, ref_setup: dict) -> None:
         """No kernel moves its inputs and outputs faster than the device's measured bandwidth."""
