@@ -25,6 +25,13 @@ def test_generation_is_deterministic_in_the_seed():
     assert [p.source for p in a] != [p.source for p in c]
 
 
+def test_max_variants_keeps_the_first_variants_canonical_first():
+    every = generate(SynthConfig(n=20, seed=5))
+    capped = generate(SynthConfig(n=20, seed=5, max_variants=2))
+    for full, two in zip(every, capped):
+        assert list(two.variants.items()) == list(full.variants.items())[:2]
+
+
 def test_heldout_problems_and_only_they_contain_a_heldout_pair():
     cfg = SynthConfig(n=300, seed=0, heldout_fraction=0.25)
     problems = generate(cfg)
@@ -108,6 +115,8 @@ def test_bad_config_is_one_clear_error():
         SynthConfig(dtypes=["float64"])
     with pytest.raises(ConfigError, match="heldout_fraction"):
         SynthConfig(heldout_fraction=0.0)
+    with pytest.raises(ConfigError, match="max_variants"):
+        SynthConfig(max_variants=-1)
 
 
 def test_cli_help_and_refuses_to_overwrite(tmp_path):

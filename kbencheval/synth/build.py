@@ -50,6 +50,9 @@ class SynthConfig:
     sft_variants: str = "mix"
     """canonical: one conversation per train problem with the canonical solution; all: one per variant;
     mix: one per problem, the canonical solution half the time and another variant otherwise."""
+    max_variants: int = 0
+    """Keep the first K solution variants per problem (canonical first), 0 for all: verification costs one
+    evaluation per variant, so a large corpus for SFT verifies only the ones it keeps."""
 
     def __post_init__(self):
         if self.n < 2:
@@ -65,6 +68,8 @@ class SynthConfig:
             raise ConfigError(f"dtypes {bad or '[]'}: choose from float32, float16, bfloat16")
         if self.sft_variants not in ("canonical", "all", "mix"):
             raise ConfigError(f"sft_variants must be canonical, all or mix, got {self.sft_variants!r}")
+        if self.max_variants < 0:
+            raise ConfigError(f"max_variants must be >= 0 (0 keeps all), got {self.max_variants}")
         if not 0 < self.heldout_pairs < len(all_pairs()) // 2:
             raise ConfigError(f"heldout_pairs must be in [1, {len(all_pairs()) // 2}), got {self.heldout_pairs}")
 
@@ -141,8 +146,11 @@ def generate(cfg: SynthConfig) -> list[SynthProblem]:
         if len(got[split]) >= want[split]:
             continue
         seen.add(key)
+        variants = solution_variants(spec)
+        if cfg.max_variants:
+            variants = dict(list(variants.items())[:cfg.max_variants])
         got[split].append(SynthProblem(next_id[split], _name(spec), split, spec, problem_source(spec),
-                                       solution_variants(spec), sorted(pairs)))
+                                       variants, sorted(pairs)))
         next_id[split] += 1
     return got["train"] + got["heldout"]
 
