@@ -44,8 +44,9 @@ CUBLAS = [
     "void cutlass::Kernel2<cutlass_80_wmma_tensorop_s161616gemm_f16_32x32_64x1_tn_align8>(cutlass_80_wmma_tensorop_"
     "s161616gemm_f16_32x32_64x1_tn_align8::Params)",
 ]
-CUDNN = ["_ZN5cudnn19engines_precompiled16nchwToNhwcKernelIfffLb0ELb1EL21cudnnKernelDataType_t0EEEvNS0_18nchw2nhwc_params_tIT1_EEPKT_PT0_",
-         "void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, false, true>(int, int, int, float const*)"]
+CUDNN = ["_ZN5cudnn19engines_precompiled16nchwToNhwcKernelIfffLb0ELb1EL21cudnnKernelDataType_t0EEEvNS0_18nchw2nhwc"
+         "_params_tIT1_EEPKT_PT0_",
+         "void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, false, true>(int, int, int, float*)"]
 INDUCTOR = ["triton_poi_fused_relu_0", "triton_red_fused_sum_1", "triton_per_fused__softmax_0", "triton_tem_fused_mm_0"]
 
 
@@ -107,7 +108,8 @@ def test_report_shape_and_failed_enumeration():
     def broken():
         raise OSError("libcuda.so.1: cannot open shared object file")
 
-    assert device_report("graph", broken) == {"source": "graph", "error": "OSError: libcuda.so.1: cannot open shared object file"}
+    assert device_report("graph", broken) == \
+        {"source": "graph", "error": "OSError: libcuda.so.1: cannot open shared object file"}
     assert device_report("graph", lambda: (["a", "b", "a"], {"kernel": 3})) == \
         {"source": "graph", "kernels": {"a": 2, "b": 1}, "nodes": {"kernel": 3}}
 
@@ -125,7 +127,7 @@ def _session(on_cpu=False, allowed_ops=()):
     from kbencheval.eval.session import Session
 
     session = Session.__new__(Session)
-    session.checks = {}
+    session.checks, session.kernels = {}, {}
     session.ev = SimpleNamespace(cfg=SimpleNamespace(on_cpu=on_cpu))
     session.job = SimpleNamespace(allowed_ops=list(allowed_ops), backend="triton")
     return session

@@ -49,6 +49,7 @@ class Session:
         self.ev, self.conn, self.pid, self.job, self.checks, self.tolerance = ev, conn, pid, job, checks, tolerance
         self.compiled = False
         self.requested: list[Trial] = []
+        self.kernels: dict = {}  # what the timed work ran, as the harness read it (checks["device_kernels"])
         self.watchdog = None
 
     def run(self, trials: list[Trial], seeds: RunSeeds) -> EvalResult:
@@ -138,7 +139,9 @@ class Session:
         report = (reply.timing or {}).get("device_kernels") if isinstance(reply.timing, dict) else None
         if problem := check_report(report):
             raise ProtocolError(f"the {reply.phase} reply lists {problem}")
-        record = self.checks.setdefault("device_kernels", {"source": report["source"], "kernels": {}, "nodes": {}})
+        # Kept apart from checks, which the worker's messages update: its own "device_kernels" never counts.
+        record = self.kernels = self.kernels or {"source": report["source"], "kernels": {}, "nodes": {}}
+        self.checks["device_kernels"] = record
         if reference is not None and "kernels" in reference:
             self.checks["reference_kernels"] = {name[:160]: n for name, n in reference["kernels"].items()}
         if "error" in report:
@@ -213,6 +216,8 @@ class Session:
             raise _Verdict(self.died())
         if isinstance(msg, (Ready, Failure, Outputs)):
             self.checks.update(msg.checks)
+            if self.kernels:
+                self.checks["device_kernels"] = self.kernels
         if isinstance(msg, Failure):  # the worker only ever reports failures; success is the judge's call
             compiled = msg.status not in (Status.COMPILE_ERROR, Status.FORMAT_ERROR)
             raise _Verdict(EvalResult(msg.status, compiled=compiled, error=msg.error, checks=self.checks))
