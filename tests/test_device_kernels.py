@@ -102,7 +102,7 @@ def test_report_shape_and_failed_enumeration():
     assert check_report(ok) == "" and check_report({"source": "profiler", "error": "no CUPTI"}) == ""
     for bad in (None, {}, {"source": "cpu"}, {"source": "graph", "kernels": ["relu_kernel"]},
                 {"source": "graph", "kernels": {"relu_kernel": 0}}, {"source": "graph", "nodes": {"kernel": "1"}},
-                {"source": "graph", "error": 3}):
+                {"source": "graph", "error": 3}, {"source": "graph", "nodes": {"kernel": 1}}):
         assert check_report(bad) != "", bad
 
     def broken():

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import re
 from collections import Counter
-from ctypes import POINTER, Structure, byref, c_char_p, c_int, c_size_t, c_uint, c_void_p
+from ctypes import Structure, byref, c_char_p, c_int, c_size_t, c_uint, c_void_p
 
 # --- classification (pure, CPU-testable) -----------------------------------------------------------
 
@@ -67,7 +67,8 @@ OP_KERNELS = {
         "scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
         "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")},
 }
-# Node types a graph may hold besides kernels without computing anything (cuda.h CUgraphNodeType).
+# cuda.h's CUgraphNodeType, and the types a graph may hold besides kernels that compute nothing. A host
+# node runs host code inside the replay; a conditional node's body graphs are not listed here.
 NODE_TYPES = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 4: "graph", 5: "empty", 6: "wait_event",
               7: "event_record", 8: "semaphore_signal", 9: "semaphore_wait", 10: "mem_alloc", 11: "mem_free",
               12: "batch_mem_op", 13: "conditional"}
@@ -119,7 +120,7 @@ def check_report(report) -> str:
     if "error" in report:
         return "" if isinstance(report["error"], str) else "a non-text error"
     for key in ("kernels", "nodes"):
-        counts = report.get(key, {})
+        counts = report.get(key)
         if not isinstance(counts, dict) or not all(isinstance(k, str) and type(v) is int and v > 0
                                                    for k, v in counts.items()):
             return f"{key} that are not a name -> count mapping"
