@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The evaluator's GPU checks in one call, each step bounded so a slow one cannot starve the rest:
 # the sandbox's layers and every attack of tests/test_sandbox.py (static checks off), trusted timing
-# on the first N bundled solutions, and tests/test_gpu_harness.py (trust attacks, timing modes).
+# on the first N bundled solutions, tests/test_gpu_harness.py (trust attacks, timing modes), and its
+# device-attribution tests (kernel names, every bundled solution, attacks) as their own step.
 #   bash benchmarks/evaluator_gpu_check.sh OUT_DIR [N]
 set -u
 out=${1:?usage: bash benchmarks/evaluator_gpu_check.sh OUT_DIR [N]}
@@ -18,5 +19,7 @@ step() {  # name seconds command...
 step sandbox 150 "$py" benchmarks/sandbox_h100_check.py --out "$out/sandbox_h100_check.json"
 step harness 100 "$py" benchmarks/eval_harness.py --device cuda --limit "$n" --passes 1 \
   --out "$out/eval_harness_trusted.json"
-step gpu_tests 150 "$py" -m pytest -q -p no:cacheprovider tests/test_gpu_harness.py
-for f in sandbox harness gpu_tests; do echo "---- $f"; tail -n 25 "$out/$f.log"; done
+step gpu_tests 150 "$py" -m pytest -q -p no:cacheprovider tests/test_gpu_harness.py -k "not device"
+# Device-side attribution: kernel names this GPU reports (-s prints them), every bundled solution, the attacks.
+step device_kernels 480 "$py" -m pytest -q -s -p no:cacheprovider tests/test_gpu_harness.py -k device
+for f in sandbox harness gpu_tests device_kernels; do echo "---- $f"; tail -n 25 "$out/$f.log"; done

@@ -123,6 +123,19 @@ class ModelNew(nn.Module):
         relu_kernel[(1,)](x, y, 0, BLOCK=1024)
         return y
 ''', {Status.REJECTED}, {Status.REJECTED, Status.RUNTIME_ERROR}, ""),
+    "library_reroute_within_forward": (2, RELU, '''
+import torch.library
+class ModelNew(nn.Module):
+    def forward(self, x):
+        lib = torch.library.Library("aten", "IMPL")
+        lib.impl("clone", lambda t, memory_format=None: t.clamp(min=0), "CPU")
+        y = x.clone()                         # "allowed" op, now relu, run beneath the recorder's view
+        del lib                               # gone before the dispatcher is compared
+        relu_kernel[(1,)](x, y, 0, BLOCK=1024)
+        return y
+''', {Status.REJECTED}, {Status.REJECTED},
+        "static checks off: an op rerouted and restored within one forward passes every in-process check; on a GPU "
+        "the device's kernels show it (tests/test_gpu_harness.py::test_device_sees_an_op_rerouted_within_forward)"),
     "joined_helper_thread": (2, RELU, '''
 import threading
 class ModelNew(nn.Module):
@@ -155,7 +168,8 @@ class ModelNew(nn.Module):
         return y
 ''', {Status.REJECTED}, {Status.REJECTED},
         "static checks off + a generator frame: the CPU recorder lives in the candidate's process and no audit "
-        "event fires for frame access (docs/evaluator.md: needs device-side attribution)"),
+        "event fires for frame access; on a GPU the device's kernels show it "
+        "(tests/test_gpu_harness.py::test_device_sees_compute_behind_a_paused_recorder)"),
     "getframe_reaches_worker": (3, RELU, '''
 import sys
 class ModelNew(nn.Module):

@@ -224,9 +224,9 @@ class Evaluator:
         # Stress trials count only where the reference stays finite.
         trials = [t for t in trials if not t.stress or t.key not in prep["not_finite"]]
         checks["stress_trials"] = [t.stress for t in trials if t.stress]
-        return self._run_candidate(problem, code, seeds, sizes, trials, prep["output_bytes"], checks)
+        return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep["output_bytes"], checks)
 
-    def _run_candidate(self, problem, code, seeds, sizes, trials, output_bytes, checks) -> EvalResult:
+    def _run_candidate(self, problem, code, backend, seeds, sizes, trials, output_bytes, checks) -> EvalResult:
         cfg = self.cfg
         self._job_counter += 1
         job_dir = Path(tempfile.mkdtemp(prefix=f"job{self._job_counter}-", dir=self._scratch))
@@ -235,7 +235,8 @@ class Evaluator:
         job = CandidateJob(
             job_dir=str(job_dir), device=cfg.device_index, problem_source=problem.source, sizes=sizes,
             model_seeds=seeds.model, candidate_file=str(candidate_file),
-            allowed_ops=sorted(set(problem.allowed_torch_ops) | set(cfg.allowed_ops)), poison_bytes=output_bytes,
+            allowed_ops=sorted(set(problem.allowed_torch_ops) | set(cfg.allowed_ops)), backend=backend,
+            poison_bytes=output_bytes,
             memory_limit_bytes=int(cfg.memory_limit_gb * 2**30) if cfg.on_cpu else 0,
             timing=TimingSpec(enabled=cfg.timing and (not cfg.on_cpu or cfg.timing_on_cpu), mode=cfg.timing_mode,
                               warmup=cfg.warmup, iters=cfg.iters, l2_flush_bytes=cfg.l2_flush_mb * 2**20,

@@ -158,7 +158,9 @@ class Judge:
             inputs = make_inputs(self.module, msg.trials[0], self.device)
             outputs = self.reference(msg.trials[0], cache=False)
             io_bytes = sum(t.numel() * t.element_size() for t in inputs + outputs if isinstance(t, torch.Tensor))
-            return {**reply, "mechanism": self.timer.mechanism, "bandwidth_gbs": self.bandwidth_gbs, "io_bytes": io_bytes}
+            # The reference's graph kernels: the harness's evidence that listing them works on this device.
+            return {**reply, "mechanism": self.timer.mechanism, "bandwidth_gbs": self.bandwidth_gbs, "io_bytes": io_bytes,
+                    "device_kernels": self.timer.device_kernels}
         times, _ = self.timer.run(msg.trials)  # copies kept and dropped: the same loop as the worker's
         return {**reply, "ref_us": times}
 

@@ -72,6 +72,7 @@ class CandidateJob:
     model_seeds: dict  # {"init": int, "model": int}: ModelNew gets the reference's weights
     candidate_file: str
     allowed_ops: list[str]
+    backend: str = "triton"  # what the candidate was asked to write (judges whose kernels are its own)
     poison_bytes: list[int]
     memory_limit_bytes: int = 0
     socket: str = ""
@@ -133,7 +134,7 @@ class Outputs:
     phase: str
     items: list[OutputItem]
     checks: dict = dataclasses.field(default_factory=dict)
-    timing: dict | None = None  # worker-measured times (eager mode only; never trusted for a bound)
+    timing: dict | None = None  # worker-measured times, timer mechanism, device kernels (judged by the harness)
     type: str = "outputs"
 
 

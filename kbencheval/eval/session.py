@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+from kbencheval.eval.device_kernels import check_report, kernel_violation
 from kbencheval.eval.protocol import (CandidateJob, Compare, Failure, Outputs, ProtocolError, Ready, RunPhase,
                                       TimeReference, Trial)
 from kbencheval.eval.result import EvalResult, Status, TimingStats
@@ -48,6 +49,7 @@ class Session:
         self.ev, self.conn, self.pid, self.job, self.checks, self.tolerance = ev, conn, pid, job, checks, tolerance
         self.compiled = False
         self.requested: list[Trial] = []
+        self.kernels: dict = {}  # what the timed work ran, as the harness read it (checks["device_kernels"])
         self.watchdog = None
 
     def run(self, trials: list[Trial], seeds: RunSeeds) -> EvalResult:
@@ -82,6 +84,7 @@ class Session:
         if len(spot_outputs.items) > len(spot) or any(i.trial not in seeds.timing for i in spot_outputs.items):
             raise ProtocolError("spot-checked outputs for inputs that were not timed")
         self.judge(spot_outputs, expected=[i.trial for i in spot_outputs.items], where="in a timed call")
+        self.check_device_kernels(spot_outputs)
         return correct_result(spot_outputs.timing, self.checks)
 
     def trusted_timing(self, seeds: RunSeeds) -> EvalResult:
@@ -93,6 +96,7 @@ class Session:
         fresh = lambda n: [Trial(seed=rng.getrandbits(62)) for _ in range(n)]  # noqa: E731
         setup = self.ask(RunPhase(phase="timing_setup", trials=[], timing_trials=list(seeds.timing[:1])))
         ref_setup = self.judge_timing(TimeReference(spec=spec, trials=list(seeds.timing[:1]), setup=True))
+        eager = self.check_device_kernels(setup, ref_setup.get("device_kernels")) == "profiler"
         times = {"ref_us": [], "new_us": []}
         rounds = self.checks["timing_rounds"] = []  # per round: wall and event seconds of both sides
         for r in range(-(-spec.iters // ROUND)):
@@ -113,13 +117,48 @@ class Session:
             times["ref_us"] += ref_us
             times["new_us"] += new_us
             picked = rng.choice(trials)
-            self.judge(self.ask(RunPhase(phase="timed_outputs", trials=[picked])), where="in a timed iteration")
+            timed = self.ask(RunPhase(phase="timed_outputs", trials=[picked]))
+            if eager:  # one more call, profiled: the candidate cannot tell it from a timed one
+                self.check_device_kernels(timed)
+            self.judge(timed, where="in a timed iteration")
         self.check_wall_bound(rounds)
         self.checks["timing_trust"] = (f"reference: {ref_setup['mechanism']} in the judge; candidate: "
                                        f"{setup.timing['mechanism']} in its worker, bounded by the harness's clock")
         result = correct_result(times, self.checks)
         self.check_floor(result, ref_setup)
         return result
+
+    def check_device_kernels(self, reply: Outputs, reference: dict | None = None) -> str:
+        """The kernels the worker lists for its timed work must be its own or allowed by the problem
+        (device_kernels.kernel_violation). On GPUs the list is part of the reply: a reply without one is
+        protocol abuse. A failed enumeration is recorded and, where the judge's enumeration of the
+        reference's graph worked on the same device, rejected: the candidate's doing, not the driver's.
+        Returns the report's source ('graph' or 'profiler'; '' on the CPU, where there is none)."""
+        if self.ev.cfg.on_cpu:
+            return ""
+        report = (reply.timing or {}).get("device_kernels") if isinstance(reply.timing, dict) else None
+        if problem := check_report(report):
+            raise ProtocolError(f"the {reply.phase} reply lists {problem}")
+        # Kept apart from checks, which the worker's messages update: its own "device_kernels" never counts.
+        record = self.kernels = self.kernels or {"source": report["source"], "kernels": {}, "nodes": {}}
+        self.checks["device_kernels"] = record
+        if reference is not None and "kernels" in reference:
+            self.checks["reference_kernels"] = {name[:160]: n for name, n in reference["kernels"].items()}
+        if "error" in report:
+            record["error"] = report["error"]
+            if report["source"] == "graph" and reference is not None and "kernels" in reference:
+                raise _Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=(
+                    f"the kernels of the candidate's timed graph could not be listed ({report['error']}), though "
+                    "the reference's could on this device")))
+            return report["source"]
+        for key in ("kernels", "nodes"):
+            for name, n in report[key].items():
+                record[key][name[:160]] = record[key].get(name[:160], 0) + n
+        if violation := kernel_violation(report["kernels"], self.job.allowed_ops, nodes=report["nodes"],
+                                         backend=self.job.backend):
+            where = "in its timed graph" if report["source"] == "graph" else "in a profiled call"
+            raise _Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=f"{violation} ({where})"))
+        return report["source"]
 
     def judge_timing(self, msg: TimeReference) -> dict:
         reply = self.ev._judge_call(msg)
@@ -177,6 +216,8 @@ class Session:
             raise _Verdict(self.died())
         if isinstance(msg, (Ready, Failure, Outputs)):
             self.checks.update(msg.checks)
+            if self.kernels:
+                self.checks["device_kernels"] = self.kernels
         if isinstance(msg, Failure):  # the worker only ever reports failures; success is the judge's call
             compiled = msg.status not in (Status.COMPILE_ERROR, Status.FORMAT_ERROR)
             raise _Verdict(EvalResult(msg.status, compiled=compiled, error=msg.error, checks=self.checks))

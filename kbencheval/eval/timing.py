@@ -13,6 +13,7 @@ import time
 
 import torch
 
+from kbencheval.eval.device_kernels import device_report, graph_kernels, profiled_kernels
 from kbencheval.eval.inputs import as_tensor_list, make_inputs, sync
 from kbencheval.eval.protocol import TimingSpec, Trial
 
@@ -25,15 +26,27 @@ def capture_graphs(models: dict, static_in: list) -> dict:
         with torch.cuda.stream(s), torch.no_grad():
             model(*static_in)
         torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
+        g = torch.cuda.CUDAGraph(keep_graph=True)  # keeps the cudaGraph_t, whose kernel nodes we list
         with torch.cuda.graph(g), torch.no_grad():
             model(*static_in)
+        g.instantiate()
         graphs[name] = g
     return graphs
 
 
+def graph_report(graph) -> dict:
+    """The kernels of a graph captured with keep_graph=True: the very graph its replays run."""
+    return device_report("graph", lambda: graph_kernels(graph.raw_cuda_graph()))
+
+
+def profiled_report(call) -> dict:
+    """The device kernels of one eager call, for a model that was not captured."""
+    return device_report("profiler", lambda: profiled_kernels(call))
+
+
 def time_models(ref_model, new_model, module, device, spec: TimingSpec, trials: list[Trial], spot: set[int]) -> dict:
-    """Returns per-call µs of both models and the candidate's outputs at the `spot` iterations."""
+    """Returns per-call µs of both models, the candidate's outputs at the `spot` iterations and the
+    kernels it ran on the device (`device_kernels`)."""
     first = make_inputs(module, trials[0], device)
     set_bytes = sum(x.numel() * x.element_size() for x in first if isinstance(x, torch.Tensor))
     n_sets = max(2, min(len(trials), int(spec.input_budget_bytes // max(set_bytes, 1))))
@@ -72,7 +85,10 @@ def time_models(ref_model, new_model, module, device, spec: TimingSpec, trials: 
                 times[name].append(start.elapsed_time(end) * 1000.0)
                 if name == "new" and i in spot and out is not None:  # checked by the judge afterwards
                     spot_outputs.append((trials[k], [t.clone() for t in as_tensor_list(out)]))
-    return {"ref_us": times["ref"], "new_us": times["new"], "spot_outputs": spot_outputs}
+        # What the candidate ran on the device: its timed graph, or one more eager call under the profiler.
+        kernels = graph_report(graphs["new"]) if "new" in graphs else \
+            profiled_report(lambda: call("new", input_sets[0]))
+    return {"ref_us": times["ref"], "new_us": times["new"], "spot_outputs": spot_outputs, "device_kernels": kernels}
 
 
 class Timer:
@@ -80,7 +96,8 @@ class Timer:
 
     The model is captured once into a CUDA graph on static inputs; every timed iteration first writes
     fresh input values (a new seed, generated on the device) into those static inputs and flushes L2,
-    outside the events, then replays the graph. A model that cannot be captured (a host sync in
+    outside the events, then replays the graph. `device_kernels` lists the graph's kernel nodes: the
+    graph replayed in the timed loop is the one listed. A model that cannot be captured (a host sync in
     forward) is timed eagerly instead, and `mechanism` says so. On the CPU (protocol tests only) the
     clock is perf_counter and the call is eager.
     """
@@ -92,12 +109,14 @@ class Timer:
         self.flush = torch.empty(int(spec.l2_flush_bytes) // 4, dtype=torch.float32, device=device) \
             if device.type == "cuda" else None
         self.graph, self.static_out = None, None
+        self.device_kernels = None  # the captured graph's kernels; an eager model's are profiled by the worker
         self.mechanism = "eager (cpu: protocol test, numbers meaningless)"
         if device.type == "cuda":
             stream = torch.cuda.current_stream(device)
             try:
                 self.graph, self.static_out = self._capture()
                 self.mechanism = "cuda_graph"
+                self.device_kernels = graph_report(self.graph)
             except Exception as e:  # noqa: BLE001 - any capture failure means: time it eagerly
                 # A capture that raised never left its capture stream (torch.cuda.graph's exit raises
                 # before restoring it): every later launch would look like a side-stream launch.
@@ -121,9 +140,10 @@ class Timer:
             with torch.cuda.stream(s):
                 self.model(*self.static_in)
             torch.cuda.current_stream().wait_stream(s)
-            graph = torch.cuda.CUDAGraph()
+            graph = torch.cuda.CUDAGraph(keep_graph=True)  # keeps the cudaGraph_t, whose kernel nodes we list
             with torch.cuda.graph(graph):
                 out = as_tensor_list(self.model(*self.static_in))
+            graph.instantiate()
         return graph, out
 
     def _call(self) -> list:

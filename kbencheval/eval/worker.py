@@ -21,9 +21,9 @@ from kbencheval.eval.errors import is_compile_error, short_error
 from kbencheval.eval.inputs import as_tensor_list, build_model, load_problem_module, make_inputs, pin_global_flags, sync
 from kbencheval.eval.protocol import (CandidateJob, Channel, Failure, JudgeJob, OutputItem, Outputs, ProtocolError,
                                       Ready, RunPhase, Status)
-from kbencheval.eval.timing import Timer, time_models
+from kbencheval.eval.timing import Timer, profiled_report, time_models
 from kbencheval.eval.transfer import export_tensors
-from kbencheval.eval.tripwires import LaunchTracker, OpCapture, Tripwires, poison
+from kbencheval.eval.tripwires import LaunchTracker, OpCapture, Tripwires, os_thread_count, poison
 
 
 class CandidateWorker:
@@ -41,6 +41,7 @@ class CandidateWorker:
         self.checks: dict = {"phases_s": {}}
         self.model = None
         self.timer, self.timed_outputs = None, {}
+        self.profiler_warm = False
         # Last: from here on the candidate's own code may run. Fresh imports of kbencheval are denied,
         # and none of its modules stays in sys.modules for an `import` to find, except the Triton cache
         # manager, which Triton itself imports by name at its first GPU compile (TRITON_CACHE_MANAGER).
@@ -134,6 +135,8 @@ class CandidateWorker:
         clock = time.perf_counter()
         job = self.job
         try:
+            if self.device.type == "cuda" and job.timing.mode == "events":
+                self.warm_profiler()  # time_models profiles one call of the candidate
             ref_model = build_model(self.module.Model, self.module, job.model_seeds, self.device)
             if job.timing.baseline == "compile":
                 ref_model = torch.compile(ref_model)
@@ -163,15 +166,36 @@ class CandidateWorker:
             self.tracker.active = False
 
     def setup_timer(self, request: RunPhase) -> bool:
+        """Builds the timer; on GPUs the reply lists the kernels that the timed work runs on the device
+        (the harness decides whether they are the candidate's: device_kernels.kernel_violation)."""
         try:
             self.timer = Timer(self.model, self.module, self.device, self.job.timing, request.timing_trials[0],
                                on_eager_call=self.eager_call)
+            timing = {"mechanism": self.timer.mechanism}
+            if self.device.type == "cuda":
+                timing["device_kernels"] = self.timer.device_kernels or self.profiled_call()
         except BaseException as e:
+            if violation := self.tripwires.process_violation():  # e.g. a thread denied inside forward
+                return self.fail(Status.REJECTED, "preparing timing: " + violation)
             return self.fail(Status.RUNTIME_ERROR, "preparing timing: " + short_error(e, self.job.candidate_file))
         self.checks["timing_mechanism"] = self.timer.mechanism
-        self.chan.send(Outputs(phase=request.phase, items=[], checks=self.checks,
-                               timing={"mechanism": self.timer.mechanism}))
+        self.chan.send(Outputs(phase=request.phase, items=[], checks=self.checks, timing=timing))
         return True
+
+    def profiled_call(self) -> dict:
+        """One more eager call of a model that was not captured, its device kernels recorded by the profiler."""
+        self.warm_profiler()
+        return profiled_report(self.timer._call)
+
+    def warm_profiler(self) -> None:
+        """CUPTI starts threads of its own at the profiler's first use: start them with no candidate code
+        running and count them as the worker's, so that the thread check does not blame the candidate."""
+        if self.profiler_warm:
+            return
+        self.profiler_warm = True
+        before = os_thread_count()
+        profiled_report(lambda: torch.zeros(1, device=self.device))  # a failure shows in the real report
+        self.tripwires.threads += max(0, os_thread_count() - before)
 
     def time_round(self, request: RunPhase) -> bool:
         clock = time.perf_counter()
@@ -189,11 +213,23 @@ class CandidateWorker:
         return True
 
     def export_timed(self, request: RunPhase) -> bool:
-        """The outputs of the timed iterations the harness picked after the round ended."""
+        """The outputs of the timed iterations the harness picked after the round ended. A model timed
+        eagerly is then called once more under the profiler: a call the candidate cannot tell from a
+        timed one by counting, so one that switches to library kernels after N calls is seen."""
         items = [OutputItem(trial=t, desc=export_tensors(self.timed_outputs[t], self.job.job_dir, f"timed{k}"))
                  for k, t in enumerate(request.trials) if t in self.timed_outputs]
         self.timed_outputs = {}
-        self.chan.send(Outputs(phase=request.phase, items=items, checks=self.checks))
+        timing = None
+        if self.device.type == "cuda" and self.timer.graph is None:
+            try:
+                timing = {"device_kernels": self.profiled_call()}
+            except BaseException as e:
+                if violation := self.tripwires.process_violation():
+                    return self.fail(Status.REJECTED, "during timing: " + violation)
+                return self.fail(Status.RUNTIME_ERROR, "during timing: " + short_error(e, self.job.candidate_file))
+            if violation := self.tripwires.process_violation():
+                return self.fail(Status.REJECTED, "during timing: " + violation)
+        self.chan.send(Outputs(phase=request.phase, items=items, checks=self.checks, timing=timing))
         return True
 
 
