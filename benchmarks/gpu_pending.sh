@@ -12,8 +12,10 @@
 #   engine          embedded engine tokens/s vs transformers generate, with the bandwidth floor           (500)
 #   megatron        tests/test_megatron_gpu.py and train_throughput.py --quick                            (560)
 #   corpus          corpus verify records/min and index build                                            (300)
-#   weights         weight sync seconds per GB: disk, tensor, distributed (host tensors: the script has
-#                   no GPU trainer/server mode yet, so this is the H100 machine's CPU path)           (300)
+#   weights         weight sync s/GB, disk/tensor/distributed: trainer and kbench serve on the GPU, random
+#                   Qwen3 1.2 GB fp32 (distributed: gloo, NCCL refuses 2 ranks on 1 GPU); ~2 min       (240)
+#   async           smart rl vs smart rl-async step time, trainer + engine on the GPU, 20M Qwen3,
+#                   32 samples x 256 tokens, 6 steps each; ~2 min                                       (240)
 #   learning_start  the learning run (issue 13), detached with setsid: it outlives this call, but only
 #                   while the machine stays held, so keep making calls (other steps) until it is done
 #   learning_status how far the detached learning run is; copies its summary when done
@@ -23,7 +25,7 @@
 set -u
 out=${1:?usage: bash benchmarks/gpu_pending.sh OUT_DIR STEP [STEP ...]}
 shift
-[ $# -gt 0 ] || { sed -n '2,20p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,24p' "$0"; exit 2; }
 py=${PYTHON:-python3}
 work="$out/work"
 mkdir -p "$work"
@@ -53,8 +55,10 @@ for step in "$@"; do
               run megatron_throughput 260 "$py" benchmarks/train_throughput.py --quick \
                   --out "$work/train_throughput_h100.json" ;;
     corpus) run corpus 300 "$py" benchmarks/corpus_throughput.py --device cuda --out "$work/corpus_throughput_h100.json" ;;
-    weights) run weights 300 "$py" benchmarks/weight_sync.py --hidden 2048 --layers 16 --repeats 3 \
-        --out "$work/weight_sync_h100_host.json" ;;
+    weights) run weights 240 "$py" benchmarks/weight_sync.py --device cuda --hidden 2048 --layers 8 --repeats 3 \
+        --out "$work/weight_sync_h100.json" ;;
+    async) run async 240 "$py" benchmarks/async_step_time.py --device cuda --vocab-size 4096 --hidden 512 --layers 8 \
+        --prompts 4 --group 8 --max-new-tokens 256 --steps 6 --out "$work/async_step_time_h100.json" ;;
     learning_start)
       rm -rf "$learn" && mkdir -p "$learn"
       setsid nohup bash scripts/run_learning.sh configs/learn_synth_gpu.yaml "$learn/run" > "$learn/log" 2>&1 &

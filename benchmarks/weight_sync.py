@@ -2,25 +2,37 @@
 and distributed, side by side in one run on one random model.
 
     python benchmarks/weight_sync.py --out benchmarks/results/weight_sync_cpu.json          # CPU, ~170 MB fp32
-    python benchmarks/weight_sync.py --hidden 2048 --layers 16 --repeats 5 --out benchmarks/results/weight_sync_big.json
+    python benchmarks/weight_sync.py --device cuda --hidden 2048 --layers 8 --repeats 3 \
+        --out benchmarks/results/weight_sync_h100.json                                    # one GPU, 1.2 GB fp32
 
 A random Qwen3 of the given size is built (scripts/make_tiny_model.py), a `kbench serve` process serves it,
 and a one-rank torch trainer (smart.ray.actor_group.TrainGroup) holds the same weights. Each repeat is one
 sync exactly as smart.rollout.engines.sync_weights does it: the mode's WeightSink packs (disk: export_hf
 to a folder; tensor: rank 0's state dict into the object store; distributed: rank 0 stages it), the
 SGLang engine actor pushes (disk: the server loads the folder; tensor: serialized buckets over HTTP;
-distributed: names over HTTP, tensors broadcast over a gloo group), then the sink releases. The first
-repeat is reported apart (it forms the distributed group, and warms caches) and left out of the median. Reported per mode:
-median seconds (min-max), seconds per GB and GB/s of the fp32 state dict. `kbench serve` is our
-SGLang-compatible test server, not SGLang; on CPU the broadcast is gloo over loopback.
+distributed: names over HTTP, tensors broadcast over a group), then the sink releases. The first
+repeat is reported apart (it forms the distributed group, and warms caches) and left out of the median.
+Reported per mode: median seconds (min-max), and seconds per GB and GB/s of what that mode moves (its
+payload: on a GPU disk and distributed send the bf16 compute dtype, tensor the fp32 master weights).
+
+--device cuda puts the trainer (a Ray actor with one GPU) and the server (`kbench serve --device cuda`,
+bf16, started with the trainer's CUDA_VISIBLE_DEVICES) on the same GPU, as a colocated one-GPU run has
+them. There `distributed` broadcasts over gloo through host memory, not NCCL: NCCL refuses two ranks on
+one GPU ("Duplicate GPU detected"), so an NCCL figure needs the server on a second GPU; the JSON says
+which backend ran. --device cpu keeps both on the CPU, even on a GPU machine. The JSON is rewritten after
+each mode, and a mode that fails leaves an error row (exit 1), not the others' figures lost.
+`kbench serve` is our SGLang-compatible test server, not SGLang.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -32,20 +44,23 @@ sys.path.insert(0, str(REPO))
 MODES = ("disk", "tensor", "distributed")
 
 
-def sync_times(mode: str, cfg, trainer, url: str, model: str, repeats: int) -> list[float]:
+def sync_times(mode: str, cfg, trainer, url: str, model: str, repeats: int, group_backend: str) -> tuple[list, object]:
+    """Seconds per sync, and the last sync's packed weights (to measure the payload)."""
     import ray
 
     from smart.rollout.engines.sglang import KIND, SGLangEngineActor, _bucket_bytes
 
     cfg.rollout.sglang_weight_sync = mode
     engine = SGLangEngineActor.remote(url, model, 600.0, weight_sync=mode, bucket_bytes=_bucket_bytes(cfg.rollout))
-    times = []
+    times, packed = [], None
     try:
         ray.get(engine.weights_version.remote(), timeout=120)  # the actor is up: its start is not a sync
         for version in range(1, repeats + 1):
             t0 = time.perf_counter()
             sink = KIND.weights_sink(cfg)
             packed = sink.pack(trainer, version)
+            if mode == "distributed" and group_backend:  # the library would pick nccl for a GPU trainer
+                packed = dataclasses.replace(packed, backend=group_backend)
             if ray.get(engine.push.remote(packed, version), timeout=900) != version:
                 raise RuntimeError(f"{mode}: the engine did not report version {version}")
             sink.release(version)
@@ -53,61 +68,115 @@ def sync_times(mode: str, cfg, trainer, url: str, model: str, repeats: int) -> l
     finally:
         ray.get(engine.close.remote(), timeout=60)
         ray.kill(engine)
-    return times
+    return times, packed
 
 
-def random_model(out: Path, hidden: int, layers: int) -> str:
-    """scripts/make_tiny_model.py at the asked size (its tokenizer recipe, random weights)."""
-    import importlib.util
+def payload(mode: str, packed, state_gb: float, state_dtype: str) -> dict:
+    """What one sync of this mode moves: GB and dtype (the engine's model casts to its own dtype on load)."""
+    if mode == "disk":  # the folder of the last version stays until the next sync
+        folder = Path(packed)
+        gb = sum(f.stat().st_size for f in folder.glob("*.safetensors")) / 1e9
+        return {"payload_gb": gb, "payload_dtype": json.loads((folder / "config.json").read_text()).get("dtype", "?")}
+    if mode == "distributed":
+        from kbencheval.llm.weight_transfer import parse_dtype
 
-    spec = importlib.util.spec_from_file_location("make_tiny_model", REPO / "scripts" / "make_tiny_model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return str(module.build(out, hidden=hidden, layers=layers))
+        specs = [spec for bucket in packed.buckets for spec in bucket]
+        gb = sum(parse_dtype(d).itemsize * math.prod(shape) for _, d, shape in specs) / 1e9
+        dtypes = ",".join(sorted({d for _, d, _ in specs}))
+        return {"payload_gb": gb, "payload_dtype": dtypes, "group_backend": packed.backend}
+    return {"payload_gb": state_gb, "payload_dtype": state_dtype}  # tensor: the very state dict weights_ref gives
 
 
-def row(mode: str, times: list[float], gb: float) -> dict:
+def row(mode: str, times: list[float], load: dict) -> dict:
     timed = times[1:] or times
-    median = statistics.median(timed)
+    median, gb = statistics.median(timed), load["payload_gb"]
     return {"mode": mode, "first_s": times[0], "median_s": median, "min_s": min(timed), "max_s": max(timed),
-            "s_per_gb": median / gb, "gb_per_s": gb / median, "repeats_timed": len(timed)}
+            "s_per_gb": median / gb, "gb_per_s": gb / median, "repeats_timed": len(timed), **load}
+
+
+def trainer_device(backend) -> dict:
+    """Runs in the trainer's rank (TrainWorker.run): where its weights live, as its own process sees them."""
+    import torch
+
+    dev = backend.device
+    return {"device": str(dev), "compute_dtype": str(backend.compute_dtype).removeprefix("torch."),
+            "name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({platform.machine()})",
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def run_config(args, model: str, out_dir: str):
+    """The trainer's RLConfig and the distributed group's backend ("" = the library's choice) for --device."""
+    from smart.config import RLConfig
+
+    cfg = RLConfig(model_path=model, out_dir=out_dir)
+    cfg.rollout.engine, cfg.rollout.weight_bucket_mb = "sglang", args.bucket_mb
+    if args.device == "cuda":
+        cfg.cluster.num_gpus_per_worker = 1  # Ray then sets the trainer's CUDA_VISIBLE_DEVICES to its GPU
+        return cfg, "gloo"  # the server shares that GPU and NCCL refuses two ranks on one GPU
+    # Ray leaves CUDA_VISIBLE_DEVICES alone for actors without a GPU share, so on a GPU machine
+    # train.device=auto would still pick the GPU: the CPU mode pins it.
+    cfg.train.device = "cpu"
+    return cfg, ""
 
 
 def run(args) -> dict:
     import ray
 
-    from smart.config import RLConfig
     from smart.ray.actor_group import TrainGroup
     from smart.ray.placement import make_placement
-    from tests.support import kbench_server
+    from tests.support import build_tiny_model, kbench_server
 
     tmp = Path(tempfile.mkdtemp(prefix="weight-sync-bench-"))
-    model = args.model or random_model(tmp / "model", args.hidden, args.layers)
+    model = args.model or build_tiny_model(tmp / "model", hidden=args.hidden, layers=args.layers)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}})
-    cfg = RLConfig(model_path=model, out_dir=str(tmp / "run"))
-    cfg.rollout.engine, cfg.rollout.weight_bucket_mb = "sglang", args.bucket_mb
-    placement = make_placement(cfg.cluster)
+    cfg, group_backend = run_config(args, model, str(tmp / "run"))
+    placement = make_placement(cfg.cluster, need_rollout=False)  # SGLang engines take no slot: the GPU is the trainer's
     trainer = TrainGroup.for_run(cfg, placement.actor)
     try:
+        where = trainer.run_on_ranks(trainer_device)[0]
+        if not where["device"].startswith(args.device):
+            raise RuntimeError(f"--device {args.device} but the trainer is on {where['device']}")
         state = ray.get(trainer.weights_ref())
         gb = sum(t.numel() * t.element_size() for t in state.values()) / 1e9
         params = sum(t.numel() for t in state.values())
+        dtype = ",".join(sorted({str(t.dtype).removeprefix("torch.") for t in state.values()}))
         del state
-        with kbench_server(model, timeout_s=600) as served:
+        note = ("distributed: gloo through host memory; NCCL refuses two ranks (trainer, server) on one GPU"
+                if group_backend == "gloo" else "")
+        result = {"device": where["name"], "cpu_cores": os.cpu_count(), "trainer": where,
+                  "server": f"kbench serve --device {args.device} (SGLang-compatible test server, not SGLang)",
+                  "params": params, "state_dict_gb": gb, "state_dict_dtype": dtype, "note": note,
+                  "args": vars(args), "rows": []}
+        write(result, args.out)
+        gpus = where["cuda_visible_devices"] if args.device == "cuda" else None  # the trainer's GPU, not "the first"
+        with kbench_server(model, timeout_s=600, device=args.device, visible_gpus=gpus) as served:
             cfg.rollout.sglang_urls = [served.url]
-            rows = [row(mode, sync_times(mode, cfg, trainer, served.url, model, args.repeats), gb) for mode in args.modes]
+            for mode in args.modes:
+                try:
+                    times, packed = sync_times(mode, cfg, trainer, served.url, model, args.repeats, group_backend)
+                    result["rows"].append(row(mode, times, payload(mode, packed, gb, dtype)))
+                except Exception as exc:  # one mode failing must not cost the others' figures (GPU time is scarce)
+                    result["rows"].append({"mode": mode, "error": f"{exc.__class__.__name__}: {exc}"[-1500:]})
+                write(result, args.out)  # after each mode: a step killed at its time limit keeps what finished
     finally:
         trainer.shutdown()
         ray.shutdown()
-    return {"device": f"cpu ({platform.machine()})", "cpu_cores": os.cpu_count(), "params": params, "state_dict_gb": gb,
-            "server": "kbench serve (SGLang-compatible test server, not SGLang)", "args": vars(args), "rows": rows}
+        shutil.rmtree(tmp, ignore_errors=True)  # the model and the synced folders: GBs at GPU sizes
+    return result
+
+
+def write(result: dict, out: str) -> None:
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="weight sync time per GB: disk, tensor, distributed",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                                  epilog="example: python benchmarks/weight_sync.py --out benchmarks/results/weight_sync_cpu.json")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the trainer and the server run")
     ap.add_argument("--model", default="", help="an HF folder to use instead of building a random one")
     ap.add_argument("--hidden", type=int, default=1024, help="random model: hidden size (a multiple of 16)")
     ap.add_argument("--layers", type=int, default=4, help="random model: decoder layers")
@@ -116,16 +185,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--out", default="", help="JSON file to write")
     args = ap.parse_args(argv)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            ap.error("--device cuda but torch sees no GPU; run on a GPU machine or leave --device cpu")
     result = run(args)
-    print(f"{result['params'] / 1e6:.1f}M params, {result['state_dict_gb']:.3f} GB state dict, {result['device']}")
-    print(f"{'mode':<12} {'first s':>8} {'median s':>9} {'min-max s':>13} {'s/GB':>7} {'GB/s':>6}")
+    print(f"{result['params'] / 1e6:.1f}M params, {result['state_dict_gb']:.3f} GB state dict "
+          f"({result['state_dict_dtype']}), {result['device']}")
+    print(f"{'mode':<12} {'payload':>15} {'first s':>8} {'median s':>9} {'min-max s':>13} {'s/GB':>7} {'GB/s':>6}")
     for r in result["rows"]:
-        print(f"{r['mode']:<12} {r['first_s']:8.2f} {r['median_s']:9.2f} {r['min_s']:6.2f}-{r['max_s']:<6.2f} "
+        if "error" in r:
+            print(f"{r['mode']:<12} failed: {r['error']}")
+            continue
+        load = f"{r['payload_gb']:.3f} GB {r['payload_dtype'].replace('bfloat', 'bf').replace('float', 'fp')}"
+        print(f"{r['mode']:<12} {load:>15} {r['first_s']:8.2f} {r['median_s']:9.2f} {r['min_s']:6.2f}-{r['max_s']:<6.2f} "
               f"{r['s_per_gb']:7.2f} {r['gb_per_s']:6.2f}")
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    if result["note"]:
+        print(result["note"])
+    return 1 if any("error" in r for r in result["rows"]) else 0
 
 
 if __name__ == "__main__":

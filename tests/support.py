@@ -17,11 +17,12 @@ REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
 
 
-def build_tiny_model(out_dir: Path) -> str:
+def build_tiny_model(out_dir: Path, **sizes) -> str:
+    """scripts/make_tiny_model.py's random Qwen3; sizes: vocab_size, hidden, layers (its defaults: tiny)."""
     spec = importlib.util.spec_from_file_location("make_tiny_model", REPO / "scripts" / "make_tiny_model.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return str(module.build(out_dir))
+    return str(module.build(out_dir, **sizes))
 
 
 def free_port() -> int:
@@ -41,12 +42,15 @@ class Served:
 
 
 @contextlib.contextmanager
-def kbench_server(model: str, timeout_s: float = 120):
-    """`kbench serve` on 127.0.0.1, up once /health answers; stopped (and its output kept) on exit."""
+def kbench_server(model: str, timeout_s: float = 120, device: str = "cpu", visible_gpus: str | None = None):
+    """`kbench serve` on 127.0.0.1, up once /health answers; stopped (and its output kept) on exit.
+    visible_gpus: CUDA_VISIBLE_DEVICES for the server; pass a Ray GPU actor's own value and `device=cuda`
+    is that actor's physical GPU (outside Ray the server would otherwise see every GPU, cuda = the first)."""
     port = free_port()
+    env = ENV if visible_gpus is None else {**ENV, "CUDA_VISIBLE_DEVICES": visible_gpus}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kbencheval.cli", "serve", "--model", model, "--port", str(port), "--threads", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+        [sys.executable, "-m", "kbencheval.cli", "serve", "--model", model, "--port", str(port), "--threads", "1",
+         "--device", device], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     served = Served(f"http://127.0.0.1:{port}", proc)
     deadline = time.time() + timeout_s
     try:

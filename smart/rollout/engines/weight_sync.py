@@ -11,7 +11,8 @@ distributed: `DistributedWeights.pack` has every trainer rank gather the full st
 it (its process, `_STAGED`) and returns the bucket plan (names, dtypes, shapes). Each engine then forms
 its own two-rank group with the trainer's rank 0 (POST /init_weights_update_group; gloo on CPU, nccl
 when the trainer has a GPU) once, and for each bucket asks rank 0 to broadcast it while it POSTs the
-names, dtypes and shapes to /update_weights_from_distributed. One group per server (not one for all):
+names, dtypes and shapes to /update_weights_from_distributed. NCCL refuses two ranks on one GPU, so a
+server sharing the trainer's GPU needs disk or tensor. One group per server (not one for all):
 the Engine protocol does not tell the sink which servers are alive, and a dropped server then breaks
 only its own group. `retire` (a dropped server) and `close` (the end of the run) destroy the group on
 both sides. Every HTTP call, group join and broadcast has a timeout (rollout.sglang_timeout_s).
