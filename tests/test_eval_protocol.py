@@ -85,6 +85,7 @@ def test_stress_inputs_transform_only_floating_tensors():
     scaled = make_inputs(Problem, Trial(seed=5, stress="x100"), torch.device("cpu"))
     assert torch.allclose(scaled[0], base[0] * 100) and torch.equal(scaled[1], base[1]) and scaled[2] == 3
     assert "shift-3" not in stress_names("positive") and stress_names("none") == []
+    assert stress_names("unit_scale") == ["x0.01"]
     with pytest.raises(ValueError, match="INPUT_DOMAIN"):
         stress_names("negative")
 

@@ -4,7 +4,8 @@ A `Trial` names one input set: the problem's `get_inputs()` under a seed, then o
 transform of its floating-point tensors. Stress trials exist because `get_inputs()` is usually
 N(0,1): a kernel that is right only there (a softplus clamped to |x|<=6) must fail. The judge uses a
 stress trial only where the reference output stays finite; a problem narrows them with the literal
-`INPUT_DOMAIN` ("any", the default; "positive": inputs must stay > 0; "none": no stress trials).
+`INPUT_DOMAIN` ("any", the default; "positive": inputs must stay > 0; "unit_scale": only the shrinking
+transform, for problems ill-conditioned at large inputs; "none": no stress trials).
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ import types
 
 import torch
 
+from kbencheval.dataset import INPUT_DOMAINS
+
 # name -> (transform of one floating tensor, domains it is valid for)
 STRESS = {
-    "x0.01": (lambda x: x * 0.01, {"any", "positive"}),
+    "x0.01": (lambda x: x * 0.01, {"any", "positive", "unit_scale"}),
     "x10": (lambda x: x * 10.0, {"any", "positive"}),
     "x100": (lambda x: x * 100.0, {"any", "positive"}),
     "shift+3": (lambda x: x + 3.0, {"any", "positive"}),
     "shift-3": (lambda x: x - 3.0, {"any"}),
 }
-INPUT_DOMAINS = ("any", "positive", "none")
 
 
 def stress_names(domain: str) -> list[str]:

@@ -205,17 +205,20 @@ class CandidateWorker:
             return self.fail(Status.RUNTIME_ERROR, "during timing: " + short_error(e, self.job.candidate_file))
         self.checks["phases_s"]["timed_loop_s"] = self.checks["phases_s"].get("timed_loop_s", 0.0) + \
             time.perf_counter() - clock
-        if violation := self.tripwires.process_violation() or \
-                ("a kernel was launched on a side stream" if self.tracker.stream_violations else None):
-            return self.fail(Status.REJECTED, "during timing: " + violation)
+        # The round's tripwire checks run in export_timed, which follows every round: here they would sit
+        # inside the harness's wall clock (~5 ms of process checks), which the reference's round lacks.
         self.timed_outputs = dict(zip(request.timing_trials, kept))
         self.chan.send(Outputs(phase=request.phase, items=[], checks=self.checks, timing={"new_us": times}))
         return True
 
     def export_timed(self, request: RunPhase) -> bool:
-        """The outputs of the timed iterations the harness picked after the round ended. A model timed
+        """The round's tripwire checks, then the outputs of the timed iterations the harness picked after
+        the round ended. A model timed
         eagerly is then called once more under the profiler: a call the candidate cannot tell from a
         timed one by counting, so one that switches to library kernels after N calls is seen."""
+        if violation := self.tripwires.process_violation() or \
+                ("a kernel was launched on a side stream" if self.tracker.stream_violations else None):
+            return self.fail(Status.REJECTED, "during timing: " + violation)
         items = [OutputItem(trial=t, desc=export_tensors(self.timed_outputs[t], self.job.job_dir, f"timed{k}"))
                  for k, t in enumerate(request.trials) if t in self.timed_outputs]
         self.timed_outputs = {}
