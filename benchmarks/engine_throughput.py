@@ -184,6 +184,12 @@ def print_table(rows: list[dict], paths: list[str]) -> None:
         print(f"{r['model']:>6} {r['batch']:>5} {cells} {r['floor_tok_s']:>10,.0f} {ratio('legacy')} {ratio('hf_generate')}")
 
 
+def write(result: dict, out: str) -> None:
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -218,17 +224,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device {name}; copy bandwidth {bandwidth / 1e9:.1f} GB/s; prompt {args.prompt_len}, "
           f"{args.new_tokens} new tokens, batches {args.batches}")
     rows = []
+    result = {"device": name, "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1), "prompt_len": args.prompt_len,
+              "new_tokens": args.new_tokens, "reps": args.reps, "torch": torch.__version__, "rows": rows}
     with tempfile.TemporaryDirectory(prefix="engine-bench-") as tmp:
         for size, shape in sizes.items():
             folder = build_model(Path(tmp) / size, *shape)
             rows += bench_model(folder, size, device, args, bandwidth)
+            write(result, args.out)  # after each model: a run stopped at its time limit keeps what finished
     paths = [p for p in ("engine", "engine_eager", "engine_hf", "legacy", "hf_generate") if any(p in r for r in rows)]
     print_table(rows, paths)
-    result = {"device": name, "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1), "prompt_len": args.prompt_len,
-              "new_tokens": args.new_tokens, "reps": args.reps, "torch": torch.__version__, "rows": rows}
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.out}")
     return 0
 

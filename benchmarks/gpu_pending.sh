@@ -2,9 +2,9 @@
 # Every GPU measurement the issues still ask for, as named steps, each bounded by its own time limit,
 # so a device session spends its minutes on the steps it picks (most important first):
 #   bash benchmarks/gpu_pending.sh OUT_DIR STEP [STEP ...]
-#   bash benchmarks/gpu_pending.sh "$OUT" gpu_tests suite_trusted      # on the device, one call
+#   bash benchmarks/gpu_pending.sh "$OUT" suite_events check_latency   # on the device, one call
 # Steps (seconds are the step's limit; a step's figures land in OUT_DIR/work/<step>.*):
-#   gpu_tests       evaluator: sandbox attacks + trusted timing on 8 solutions + tests/test_gpu_harness.py  (400)
+#   gpu_tests       evaluator: sandbox attacks + tests/test_gpu_harness.py incl. device attribution      (580)
 #   suite_trusted   all 40 bundled solutions, trusted timing, 2 passes: reproducibility, overhead       (560)
 #   suite_events    the same, KernelBench-style eager timing, 1 pass: trusted vs eager speedups          (300)
 #   suite_4w        4 Evaluators on the GPU (device gate), 2 passes: candidates/min, reproducibility    (560)
@@ -41,7 +41,7 @@ run() {  # step seconds command...
 
 for step in "$@"; do
   case $step in
-    gpu_tests) run gpu_tests 400 bash benchmarks/evaluator_gpu_check.sh "$work/evaluator" 8 ;;
+    gpu_tests) run gpu_tests 580 bash benchmarks/evaluator_gpu_check.sh "$work/evaluator" ;;
     suite_trusted) run suite_trusted 560 "$py" benchmarks/eval_harness.py --device cuda --passes 2 \
         --out "$work/eval_harness_trusted_h100.json" ;;
     suite_events) run suite_events 300 "$py" benchmarks/eval_harness.py --device cuda --passes 1 \
@@ -50,8 +50,8 @@ for step in "$@"; do
         --out "$work/eval_harness_4w_h100.json" ;;
     check_latency) run check_latency 240 "$py" benchmarks/check_latency.py --device cuda:0 --repeats 3 \
         --out "$work/check_latency_h100.json" ;;
-    engine) run engine 500 "$py" benchmarks/engine_throughput.py --device cuda --out "$work/engine_throughput_h100.json" ;;
-    megatron) run megatron_tests 300 "$py" -m pytest -q -p no:cacheprovider tests/test_megatron_gpu.py
+    engine) run engine 500 "$py" benchmarks/engine_throughput.py --device cuda --reps 2 --out "$work/engine_throughput_h100.json" ;;
+    megatron) run megatron_tests 300 "$py" -m pytest -v -rfE --tb=short -p no:cacheprovider tests/test_megatron_gpu.py
               run megatron_throughput 260 "$py" benchmarks/train_throughput.py --quick \
                   --out "$work/train_throughput_h100.json" ;;
     corpus) run corpus 300 "$py" benchmarks/corpus_throughput.py --device cuda --out "$work/corpus_throughput_h100.json" ;;

@@ -124,12 +124,12 @@ def run(args) -> dict:
 
     from smart.ray.actor_group import TrainGroup
     from smart.ray.placement import make_placement
+    from smart.tracking import ray_worker_env
     from tests.support import build_tiny_model, kbench_server
 
     tmp = Path(tempfile.mkdtemp(prefix="weight-sync-bench-"))
     model = args.model or build_tiny_model(tmp / "model", hidden=args.hidden, layers=args.layers)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}})
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": ray_worker_env()})
     cfg, group_backend = run_config(args, model, str(tmp / "run"))
     placement = make_placement(cfg.cluster, need_rollout=False)  # SGLang engines take no slot: the GPU is the trainer's
     trainer = TrainGroup.for_run(cfg, placement.actor)

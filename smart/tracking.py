@@ -19,14 +19,21 @@ from smart.sample import Sample
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def ray_worker_env() -> dict:
+    """Environment of Ray's workers: this checkout first, then the caller's PYTHONPATH. Replacing the
+    latter hangs every actor where Ray itself comes from PYTHONPATH (the GPU machine's wheels): the
+    worker processes cannot import ray, and Ray retries them forever."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])),
+            "TOKENIZERS_PARALLELISM": "false"}
+
+
 def init_ray(cfg: ClusterConfig) -> bool:
     """Start (or join) Ray unless the caller already did; returns True when we started it."""
     import ray
 
     if ray.is_initialized():
         return False
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])),
-           "TOKENIZERS_PARALLELISM": "false"}
+    env = ray_worker_env()
     if cfg.ray_address:
         ray.init(address=cfg.ray_address, runtime_env={"env_vars": env}, log_to_driver=True)
     else:

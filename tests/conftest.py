@@ -40,8 +40,8 @@ def tiny_model(tmp_path_factory) -> str:
 def local_ray():
     """A local Ray of 2 CPUs for one test module; its workers import this checkout."""
     ray = pytest.importorskip("ray")
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": repo, "TOKENIZERS_PARALLELISM": "false"}})
+    from smart.tracking import ray_worker_env
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": ray_worker_env()})
     yield
     ray.shutdown()

@@ -295,7 +295,8 @@ def test_device_bundled_solutions_run_only_their_own_kernels(gpu_quick, problem)
 
 
 def _rejected_on_the_device(result, source="in its timed graph"):
-    assert result.status == Status.REJECTED, (result.status, result.error, result.checks.get("device_kernels"))
+    assert result.status == Status.REJECTED, (result.status, result.error, result.checks.get("timing_trust"),
+                                              result.checks.get("device_kernels"))
     assert "the device ran a" in result.error and source in result.error, result.error
 
 
@@ -316,9 +317,19 @@ def test_device_sees_torch_inside_the_captured_graph(gpu_eval, gpu_runtime_only,
                     return torch.matmul(a, b)
                 return super().forward(a, b)
         """)
+    from kbencheval.eval.device_kernels import kernel_class
+
     result = ev.evaluate(MATMUL, "```python\n" + code + "```")
-    _rejected_on_the_device(result)
-    assert "cuBLAS" in result.error or "CUTLASS" in result.error, result.error
+    if result.status == Status.CORRECT:
+        # Seen on the H100 (2026-11-25): the capture of this forward failed, so the timer fell back to eager
+        # calls, where the cuBLAS branch never runs. The cheat did not pay: what was timed and profiled is
+        # the candidate's Triton kernel alone.
+        ran = result.checks["device_kernels"]
+        assert "eager (cannot capture" in result.checks["timing_trust"], result.checks["timing_trust"]
+        assert ran["source"] == "profiler" and all(kernel_class(k) is None for k in ran["kernels"]), ran
+    else:
+        _rejected_on_the_device(result)
+        assert "cuBLAS" in result.error or "CUTLASS" in result.error, result.error
     _honest_control(ev)
 
 

@@ -24,7 +24,6 @@ from smart.backends.torch import TorchTrainBackend, TrainConfig  # noqa: E402
 from smart.sample import Sample, SampleStatus  # noqa: E402
 
 VOCAB = 1000
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -182,8 +181,10 @@ def _tiny_rl_config(model: str, out: Path, **train):
 def local_ray():
     import ray
 
+    from smart.tracking import ray_worker_env
+
     ray.init(num_cpus=4, num_gpus=torch.cuda.device_count(), include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}})
+             runtime_env={"env_vars": ray_worker_env()})
     yield
     ray.shutdown()
 
