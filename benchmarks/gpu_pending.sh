@@ -60,7 +60,9 @@ for step in "$@"; do
     async) run async 240 "$py" benchmarks/async_step_time.py --device cuda --vocab-size 4096 --hidden 512 --layers 8 \
         --prompts 4 --group 8 --max-new-tokens 256 --steps 6 --out "$work/async_step_time_h100.json" ;;
     learning_start)
-      rm -rf "$learn" && mkdir -p "$learn"
+      rm -rf "$learn" && mkdir -p "$learn/run"
+      # A synthetic set prepared off the device (carry runs/learn_gpu_synth.tgz): its stage is then skipped.
+      [ -f runs/learn_gpu_synth.tgz ] && tar xzf runs/learn_gpu_synth.tgz -C "$learn/run"
       setsid nohup bash scripts/run_learning.sh configs/learn_synth_gpu.yaml "$learn/run" > "$learn/log" 2>&1 &
       echo "== learning_start: started (pid $!); poll with the learning_status step" ;;
     learning_status)

@@ -49,7 +49,8 @@ evaluate() {  # evaluate NAME MODEL: held-out generations, verdicts and report o
     batch_size="${LEARN_EVAL_BATCH_SIZE:-0}"
   local trials=(); [[ -n "${LEARN_EVAL_TRIALS:-}" ]] && trials=(eval.trials="$LEARN_EVAL_TRIALS")
   timed "eval_$1" "$PY" -m kbencheval.cli eval run_name="$name" runs_dir="$RUN/evals" device="$LEARN_EVAL_DEVICE" \
-    num_gpus="${LEARN_EVAL_NUM_GPUS:-0}" cpu_workers="${LEARN_EVAL_CPU_WORKERS:-1}" "${trials[@]}"
+    num_gpus="${LEARN_EVAL_NUM_GPUS:-0}" cpu_workers="${LEARN_EVAL_CPU_WORKERS:-1}" \
+    workers_per_gpu="${LEARN_EVAL_WORKERS_PER_GPU:-1}" "${trials[@]}"
   "$PY" -m kbencheval.cli report "$name" runs_dir="$RUN/evals" --json > "$RUN/evals/$name.json"
 }
 

@@ -164,3 +164,27 @@ def test_a_time_below_the_physical_floor_is_rejected():
     _bare_session().check_floor(EvalResult(Status.CORRECT, runtime_us=900.0), setup)
     with pytest.raises(_Verdict, match="physical floor"):
         _bare_session().check_floor(EvalResult(Status.CORRECT, runtime_us=100.0), setup)
+
+
+def test_evaluators_sharing_the_cpu_split_its_cores(monkeypatch):
+    from kbencheval.config import ConfigError
+    from kbencheval.eval.config import EvalConfig, cpu_threads_per_evaluator
+
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert cpu_threads_per_evaluator(EvalConfig(), 14).cpu_threads == 1
+    assert cpu_threads_per_evaluator(EvalConfig(), 4).cpu_threads == 4
+    assert cpu_threads_per_evaluator(EvalConfig(), 1).cpu_threads == 0  # one Evaluator keeps every core
+    assert cpu_threads_per_evaluator(EvalConfig(cpu_threads=3), 8).cpu_threads == 3  # an explicit choice wins
+    with pytest.raises(ConfigError, match="cpu_threads"):
+        EvalConfig(cpu_threads=-1).validate()
+
+
+def test_cpu_threads_reach_the_candidates_process():
+    from kbencheval.dataset import load_bundled
+    from kbencheval.eval.harness import EvalConfig, Evaluator
+
+    relu = next(p for p in load_bundled(1) if p.key == "L1_1_ReLU")
+    probe = relu.solution_source + "\nimport torch as _t\nassert _t.get_num_threads() == 1, _t.get_num_threads()\n"
+    with Evaluator(EvalConfig(device="cpu", trials=1, cpu_threads=1, timeout_s=60)) as ev:
+        result = ev.evaluate(relu, "```python\n" + probe + "```")
+    assert result.status == Status.CORRECT, result.error

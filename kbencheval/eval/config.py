@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Literal
 
 from kbencheval.config import ConfigError
@@ -36,6 +37,10 @@ class EvalConfig:
     auto: those, inside bubblewrap when it works. bwrap: require bubblewrap. none: no sandbox (tests, benchmarks)."""
     memory_limit_gb: float = 16.0
     """Host memory cap per candidate (address space on cpu; resident memory watched on GPUs)."""
+    cpu_threads: int = 0
+    """torch threads in the sandboxed processes (OMP_NUM_THREADS; 0: the environment's, else all cores).
+    Evaluators sharing the CPU should split its cores (`cpu_threads_per_evaluator`): 14 interpreter
+    Evaluators with every core each drove a 16-core host to a load of 50 and slowed them all."""
     timing: bool = True
     """Time reference and candidate (GPU only; the CPU interpreter's timings mean nothing)."""
     timing_mode: Literal["trusted", "events", "cuda_graph"] = "trusted"
@@ -74,6 +79,8 @@ class EvalConfig:
             raise ConfigError(f"timing_input_sets={self.timing_input_sets}: set timing_input_sets >= 2")
         if self.timing_on_cpu and self.timing_mode != "trusted":
             raise ConfigError(f"timing_on_cpu needs timing_mode=trusted (got {self.timing_mode}): events need a GPU")
+        if self.cpu_threads < 0:
+            raise ConfigError(f"cpu_threads={self.cpu_threads}: set cpu_threads >= 0 (0: the environment's)")
         if self.memory_limit_gb <= 0:
             raise ConfigError(f"memory_limit_gb={self.memory_limit_gb}: set memory_limit_gb > 0")
 
@@ -88,3 +95,10 @@ class EvalConfig:
     @property
     def on_cpu(self) -> bool:
         return self.device == "cpu"
+
+
+def cpu_threads_per_evaluator(cfg: EvalConfig, evaluators_on_cpu: int) -> EvalConfig:
+    """`cfg` with the CPU's cores split among `evaluators_on_cpu` Evaluators, unless it sets cpu_threads."""
+    if cfg.cpu_threads or evaluators_on_cpu <= 1:
+        return cfg
+    return dataclasses.replace(cfg, cpu_threads=max(1, (os.cpu_count() or 1) // evaluators_on_cpu))

@@ -81,6 +81,8 @@ class _Server:
         # The package must be importable inside the sandbox even when run from a source checkout.
         pkg_root = str(Path(__file__).resolve().parents[2])
         env = sandbox_env(dict(os.environ), scratch=str(scratch), extra_pythonpath=pkg_root, on_cpu=cfg.on_cpu)
+        if cfg.cpu_threads:
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(cfg.cpu_threads)
         shared_cache = scratch / "triton_shared"
         shared_cache.mkdir(exist_ok=True)
         # KBENCH_SHARED_TRITON_CACHE=0 turns the judge-built shared layer off (benchmarks/sandbox_overhead.py).

@@ -178,20 +178,23 @@ def verify(problems: list[SynthProblem], *, device: str = "cpu", workers: int = 
     """Evaluate every variant with the real evaluator (its own sandbox, judge and checks); keep the
     variants judged correct and the problems with at least one. Returns (kept, drop reasons).
     timing=True (GPU only) also times each variant, so the manifest shows what the speed reward prefers."""
+    from kbencheval.eval.config import cpu_threads_per_evaluator
     from kbencheval.eval.harness import EvalConfig, Evaluator
 
     kept, dropped = static_filter(problems)
     jobs = [(p, v) for p in kept for v in p.variants]
     verdicts: dict[tuple[int, str], object] = {}
+    shards = [jobs[i::workers] for i in range(max(1, min(workers, len(jobs))))]
+    cfg = EvalConfig(device=device, trials=trials, timeout_s=timeout_s, timing=timing)
+    if device == "cpu":
+        cfg = cpu_threads_per_evaluator(cfg, len(shards))
 
     def run(shard: list) -> None:
-        cfg = EvalConfig(device=device, trials=trials, timeout_s=timeout_s, timing=timing)
         with Evaluator(cfg) as ev:
             for p, v in shard:
                 problem = parse_problem(p.source, level=1, problem_id=p.problem_id, name=p.name)
                 verdicts[(p.problem_id, v)] = ev.evaluate(problem, f"```python\n{p.variants[v]}```")
 
-    shards = [jobs[i::workers] for i in range(max(1, min(workers, len(jobs))))]
     with ThreadPoolExecutor(len(shards)) as pool:
         list(pool.map(run, shards))
     out = []
