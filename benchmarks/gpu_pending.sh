@@ -17,7 +17,8 @@
 #   async           smart rl vs smart rl-async step time, trainer + engine on the GPU, 20M Qwen3,
 #                   32 samples x 256 tokens, 6 steps each; ~2 min                                       (240)
 #   learning_start  the learning run (issue 13), detached with setsid: it outlives this call, but only
-#                   while the machine stays held, so keep making calls (other steps) until it is done
+#                   while the machine stays held (at most 30 minutes, and 30 s idle between calls), so
+#                   keep making calls until it is done; carry runs/learn_gpu_synth.tgz to skip synth
 #   learning_status how far the detached learning run is; copies its summary when done
 # On the device first install the wheels it lacks (see ../shared/device/make-wheels.sh) and put
 # them on PYTHONPATH. At the end everything under OUT_DIR/work is packed into OUT_DIR/gpu_pending.tgz (the device tool
