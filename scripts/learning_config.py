@@ -27,7 +27,7 @@ from kbencheval.config import ConfigError  # noqa: E402
 
 SECTIONS = {"seed": int, "model": dict, "synth": dict, "eval": dict, "sft": dict, "rl": dict}
 EVAL_KEYS = {"num_problems", "num_samples", "temperature", "top_p", "max_tokens", "device", "num_gpus",
-             "cpu_workers", "trials", "batch_size"}
+             "cpu_workers", "workers_per_gpu", "trials", "batch_size"}
 MODEL_KEYS = {"vocab_size", "hidden", "layers"}
 
 
