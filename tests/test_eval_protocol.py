@@ -144,6 +144,13 @@ def test_the_wall_clock_bounds_the_candidates_event_figures():
     assert caught.value.result.status == Status.REJECTED
 
 
+def test_timed_iterations_split_into_at_most_ten_rounds_of_at_least_five():
+    from kbencheval.eval.session import round_sizes
+
+    assert round_sizes(100) == [10] * 10 and round_sizes(20) == [5] * 4 and round_sizes(7) == [5, 2]
+    assert round_sizes(1000) == [100] * 10 and round_sizes(3) == [3]
+
+
 def test_one_round_slowed_by_the_host_is_noise_but_most_rounds_are_not():
     from kbencheval.eval.session import _Verdict
 

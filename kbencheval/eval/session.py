@@ -20,7 +20,9 @@ from kbencheval.eval.protocol import (CandidateJob, Compare, Failure, Outputs, P
 from kbencheval.eval.result import EvalResult, Status, TimingStats
 from kbencheval.eval.seeds import RunSeeds
 
-ROUND = 5  # timed iterations per round; rounds alternate between the judge and the worker
+# Timed iterations are split into rounds that alternate between the judge and the worker: at most
+# MAX_ROUNDS (each costs messages and a judged output), of at least MIN_ROUND iterations.
+MAX_ROUNDS, MIN_ROUND = 10, 5
 # Generous: the bound catches forged figures, not noise. A round contradicts the candidate's figures when
 # its events explain under WALL_FRACTION of the wall time the reference's loop does not account for; the
 # candidate is rejected when most rounds do (a lone round slowed by host load is noise, seen on the H100
@@ -91,7 +93,7 @@ class Session:
         return correct_result(spot_outputs.timing, self.checks)
 
     def trusted_timing(self, seeds: RunSeeds) -> EvalResult:
-        """Rounds of ROUND iterations, alternating the judge (reference) and the worker (candidate); fresh
+        """Rounds (`round_sizes`), alternating the judge (reference) and the worker (candidate); fresh
         seeds per iteration drawn now; after each round one of the candidate's timed outputs, picked now,
         goes to the judge. The candidate's event figures must agree with the harness's wall clock."""
         spec, cfg = self.job.timing, self.ev.cfg
@@ -102,8 +104,8 @@ class Session:
         eager = self.check_device_kernels(setup, ref_setup.get("device_kernels")) == "profiler"
         times = {"ref_us": [], "new_us": []}
         rounds = self.checks["timing_rounds"] = []  # per round: wall and event seconds of both sides
-        for r in range(-(-spec.iters // ROUND)):
-            trials = fresh(min(ROUND, spec.iters - r * ROUND))
+        for r, size in enumerate(round_sizes(spec.iters)):
+            trials = fresh(size)
             order = ("ref", "new") if r % 2 == 0 else ("new", "ref")  # alternate to cancel drift
             walls = {}
             for name in order:
@@ -261,6 +263,12 @@ class Session:
         if log_tail:
             error += f": {log_tail}"
         return EvalResult(Status.RUNTIME_ERROR, compiled=self.compiled, error=error[:600], checks=self.checks)
+
+
+def round_sizes(iters: int) -> list[int]:
+    """100 iterations -> 10 rounds of 10; 20 -> 4 of 5; 7 -> 5 + 2 (the bound needs several rounds)."""
+    size = max(MIN_ROUND, -(-iters // MAX_ROUNDS))
+    return [min(size, iters - start) for start in range(0, iters, size)]
 
 
 def gate_window(checks: dict, phase: str) -> dict:
