@@ -213,9 +213,9 @@ class CandidateWorker:
 
     def export_timed(self, request: RunPhase) -> bool:
         """The round's tripwire checks, then the outputs of the timed iterations the harness picked after
-        the round ended. A model timed
-        eagerly is then called once more under the profiler: a call the candidate cannot tell from a
-        timed one by counting, so one that switches to library kernels after N calls is seen."""
+        the round ended. A model timed eagerly is then called once more under the profiler: a call the
+        candidate cannot tell from a timed one by counting, so one that switches to library kernels
+        after N calls is seen."""
         if violation := self.tripwires.process_violation() or \
                 ("a kernel was launched on a side stream" if self.tracker.stream_violations else None):
             return self.fail(Status.REJECTED, "during timing: " + violation)
