@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_pending.sh OUT_DIR STEP [STEP ...]
 #   bash benchmarks/gpu_pending.sh "$OUT" suite_events check_latency   # on the device, one call
 # Steps (seconds are the step's limit; a step's figures land in OUT_DIR/work/<step>.*):
-#   gpu_tests       evaluator: sandbox attacks + tests/test_gpu_harness.py incl. device attribution      (580)
+#   gpu_tests       evaluator: sandbox attacks + tests/test_gpu_{harness,device_kernels}.py             (580)
 #   suite_trusted   all 40 bundled solutions, trusted timing, 2 passes: reproducibility, overhead       (560)
 #   suite_events    the same, KernelBench-style eager timing, 1 pass: trusted vs eager speedups          (300)
 #   suite_4w        4 Evaluators on the GPU (device gate), 2 passes: candidates/min, reproducibility    (560)

@@ -45,3 +45,21 @@ def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": ray_worker_env()})
     yield
     ray.shutdown()
+
+
+# The GPU test modules' evaluators (one per module): static checks on, and off for attacks that must be
+# caught by the run-time and device-side defences alone.
+@pytest.fixture(scope="module")
+def gpu_eval():
+    from kbencheval.eval.harness import EvalConfig, Evaluator
+
+    with Evaluator(EvalConfig(device="cuda", iters=20, timeout_s=120)) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="module")
+def gpu_runtime_only():
+    from kbencheval.eval.harness import EvalConfig, Evaluator
+
+    with Evaluator(EvalConfig(device="cuda", iters=20, timeout_s=120, static_checks=False)) as ev:
+        yield ev

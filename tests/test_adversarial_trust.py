@@ -135,7 +135,7 @@ class ModelNew(nn.Module):
         return y
 ''', {Status.REJECTED}, {Status.REJECTED},
         "static checks off: an op rerouted and restored within one forward passes every in-process check; on a GPU "
-        "the device's kernels show it (tests/test_gpu_harness.py::test_device_sees_an_op_rerouted_within_forward)"),
+        "the device's kernels show it (tests/test_gpu_device_kernels.py::test_device_sees_an_op_rerouted_within_forward)"),
     "joined_helper_thread": (2, RELU, '''
 import threading
 class ModelNew(nn.Module):
@@ -169,7 +169,7 @@ class ModelNew(nn.Module):
 ''', {Status.REJECTED}, {Status.REJECTED},
         "static checks off + a generator frame: the CPU recorder lives in the candidate's process and no audit "
         "event fires for frame access; on a GPU the device's kernels show it "
-        "(tests/test_gpu_harness.py::test_device_sees_compute_behind_a_paused_recorder)"),
+        "(tests/test_gpu_device_kernels.py::test_device_sees_compute_behind_a_paused_recorder)"),
     "getframe_reaches_worker": (3, RELU, '''
 import sys
 class ModelNew(nn.Module):

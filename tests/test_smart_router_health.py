@@ -173,12 +173,26 @@ def _fleet(on_dead: str, n: int = 2, max_restarts: int = 3) -> EngineFleet:
     return EngineFleet(kind, cfg, [f"slot{i}" for i in range(n)])
 
 
+def _kill(actor) -> None:
+    """ray.kill, then wait until the actor answers no more: a call sent right after the kill can still
+    run on a loaded machine (seen in CI), and the fleet's next ping would find it alive."""
+    ray.kill(actor)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.health.remote(1.0), timeout=5)
+        except Exception:  # noqa: BLE001 - dead, as wanted
+            return
+        time.sleep(0.05)
+    raise AssertionError("ray.kill did not take effect within 30 s")
+
+
 def test_fleet_restarts_a_dead_engine_with_the_current_weights(local_ray):
     fleet = _fleet("restart")
     weights = ray.put({"w": 7})
     fleet.record(4, weights)
     dead = fleet.engines[1]
-    ray.kill(dead)
+    _kill(dead)
     assert fleet.check() == {"engines/alive": 2.0, "engines/restarts": 1.0, "engines/drops": 0.0}
     assert fleet.engines[1] is not dead and fleet.slots == ["slot0", "slot1"]
     assert ray.get(fleet.engines[1].weights_version.remote()) == 4
@@ -188,13 +202,13 @@ def test_fleet_restarts_a_dead_engine_with_the_current_weights(local_ray):
 
 def test_fleet_drops_dead_engines_then_fails_clearly(local_ray):
     fleet = _fleet("drop", n=2)
-    ray.kill(fleet.engines[0])
+    _kill(fleet.engines[0])
     assert fleet.check()["engines/drops"] == 1.0 and len(fleet.engines) == 1
-    ray.kill(fleet.engines[0])
+    _kill(fleet.engines[0])
     with pytest.raises(NoEnginesLeft, match="every rollout engine is dead"):
         fleet.check()
     restart_limited = _fleet("restart", n=1, max_restarts=0)  # past the restart budget: dropped
-    ray.kill(restart_limited.engines[0])
+    _kill(restart_limited.engines[0])
     with pytest.raises(NoEnginesLeft):
         restart_limited.check()
 
