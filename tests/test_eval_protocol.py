@@ -4,6 +4,7 @@ run-time seeds, and EvalConfig's validation."""
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 import torch
@@ -195,3 +196,18 @@ def test_cpu_threads_reach_the_candidates_process():
     with Evaluator(EvalConfig(device="cpu", trials=1, cpu_threads=1, timeout_s=60)) as ev:
         result = ev.evaluate(relu, "```python\n" + probe + "```")
     assert result.status == Status.CORRECT, result.error
+
+
+def test_a_workers_message_cannot_write_the_harnesss_checks():
+    from kbencheval.eval.protocol import Outputs
+    from kbencheval.eval.session import HARNESS_KEYS
+
+    session = _bare_session()
+    session.checks = {"timing_rounds": ["the harness's"], "correctness_trials": [{"ok": False}]}
+    session.compiled, session.watchdog = True, None
+    forged = {key: "forged" for key in HARNESS_KEYS} | {"correctness_trials": [{"ok": True}], "phases_s": {"load_s": 1.0}}
+    session.conn = types.SimpleNamespace(recv=lambda: Outputs(phase="trials", items=[], checks=forged))
+    session.expect(Outputs, "trials")
+    assert session.checks["phases_s"] == {"load_s": 1.0}  # the worker's own figures are kept
+    assert session.checks["timing_rounds"] == ["the harness's"] and session.checks["correctness_trials"] == [{"ok": False}]
+    assert not set(HARNESS_KEYS) - {"timing_rounds"} & set(session.checks)

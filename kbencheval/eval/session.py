@@ -32,6 +32,11 @@ MAX_ROUNDS, MIN_ROUND = 10, 5
 # was rejected on the H100 with 2 ms of slack while the worker's tripwire checks ran inside its round).
 WALL_FRACTION, WALL_SLACK_S = 0.25, 0.005
 FLOOR_FRACTION = 0.5  # a copy kernel is not the peak; half the floor is still physically impossible
+# Checks the harness writes. A worker's message may add its own (phases_s, launches, timing_mechanism)
+# but never these, nor correctness_*: they are the record a user reads, not the candidate's to write.
+HARNESS_KEYS = frozenset({"seeds", "static", "sizes", "stress_trials", "timing_rounds", "timing_trust",
+                          "device_kernels", "reference_kernels", "physical_floor_us", "speedup_of_medians",
+                          "device_gate", "harness_restarts", "served_by"})
 
 
 class _Verdict(Exception):
@@ -220,9 +225,8 @@ class Session:
         if msg is None:
             raise _Verdict(self.died())
         if isinstance(msg, (Ready, Failure, Outputs)):
-            self.checks.update(msg.checks)
-            if self.kernels:
-                self.checks["device_kernels"] = self.kernels
+            self.checks.update({k: v for k, v in msg.checks.items()
+                                if k not in HARNESS_KEYS and not k.startswith("correctness_")})
         if isinstance(msg, Failure):  # the worker only ever reports failures; success is the judge's call
             compiled = msg.status not in (Status.COMPILE_ERROR, Status.FORMAT_ERROR)
             raise _Verdict(EvalResult(msg.status, compiled=compiled, error=msg.error, checks=self.checks))
