@@ -21,8 +21,8 @@
 #                   keep making calls until it is done; carry runs/learn_gpu_synth.tgz to skip synth
 #   learning_status how far the detached learning run is; copies its summary when done
 # A machine is held at most 30 minutes and goes back after 30 s idle: chain the calls. Measured on the
-# H100 (2026-11-25): gpu_tests ~500 s, suite_trusted ~450 s, suite_events ~200 s, check_latency 103 s,
-# corpus 223 s, megatron ~350 s; the learning run is sized for ~20 minutes. One machine fits
+# H100 (2026-11-25): gpu_tests ~500 s, check_latency 103 s, corpus 223 s, megatron ~350 s; extrapolated
+# from runs cut by their limits: suite_trusted ~450 s, suite_events ~200 s; the learning run is sized for ~20 minutes. One machine fits
 # gpu_tests + suite_trusted + suite_events + suite_4w; another the learning run (poll with
 # learning_status; run nothing timing-sensitive beside it) and then weights + async.
 # On the device first install the wheels it lacks (see ../shared/device/make-wheels.sh) and put
