@@ -283,7 +283,8 @@ class SFTConfig:
     num_steps: int = 4
     batch_size: int = 4
     """Conversations per optimizer step."""
-    backend: str = "triton"
+    kernel_backend: str = "triton"
+    """Kernel language of the prompts built for problems (data.sft_jsonl rows bring their own)."""
     prompt_style: str = "one_shot"
     save_every: int = 0
     keep_last_n: int = 2

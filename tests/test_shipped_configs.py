@@ -32,3 +32,15 @@ def test_learning_config_splits_and_validates(path, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "config" / "rl.yaml").is_file() and "LEARN_SEED=" in proc.stdout
+
+
+@pytest.mark.parametrize("path", [p for p in CONFIGS if p.name.startswith("sft_")], ids=lambda p: p.name)
+def test_sft_config_builds_its_conversations(path):
+    # SFT prompts ask for the kernel language (kernel_backend), not the training backend (backend: torch)
+    from smart.rollout.data import load_sft_conversations
+
+    cfg = load_config(SFTConfig, path, [])
+    if cfg.data.sft_jsonl:
+        pytest.skip("reads a JSONL the run makes")
+    convs = load_sft_conversations(cfg.data, cfg.kernel_backend, cfg.prompt_style)
+    assert convs and "Triton" in convs[0][0]["content"] and convs[0][-1]["role"] == "assistant"
