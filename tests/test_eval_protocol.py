@@ -198,6 +198,23 @@ def test_cpu_threads_reach_the_candidates_process():
     assert result.status == Status.CORRECT, result.error
 
 
+def test_the_harness_runs_the_stress_trials_of_the_problems_input_domain():
+    # The harness once kept its own copy of the domain table without unit_scale: on the H100 the
+    # unit_scale problems still got x100 trials and their honest TF32 solutions failed.
+    import dataclasses as dc
+
+    from kbencheval.dataset import load_bundled
+    from kbencheval.eval.harness import EvalConfig, Evaluator
+
+    relu = next(p for p in load_bundled(1) if p.key == "L1_1_ReLU")
+    text = "```python\n" + relu.solution_source + "```"
+    with Evaluator(EvalConfig(device="cpu", trials=1, timeout_s=60)) as ev:
+        for domain in ("unit_scale", "positive", "none"):
+            result = ev.evaluate(dc.replace(relu, input_domain=domain), text)
+            assert result.status == Status.CORRECT, result.error
+            assert result.checks["stress_trials"] == stress_names(domain), domain
+
+
 def test_a_workers_message_cannot_write_the_harnesss_checks():
     from kbencheval.eval.protocol import Outputs
     from kbencheval.eval.session import HARNESS_KEYS

@@ -27,7 +27,7 @@ from kbencheval.eval.protocol import CandidateJob, JudgeJob, Prepare, TimingSpec
 from kbencheval.eval.result import EvalResult, Status, feedback_text
 from kbencheval.eval.sandbox.env import scrub
 from kbencheval.eval.server import HarnessError, _Server, bwrap_args, bwrap_profile, bwrap_works  # noqa: F401
-from kbencheval.eval.seeds import RunSeeds
+from kbencheval.eval.seeds import RunSeeds, stress_names
 from kbencheval.eval.session import Session, gate_window, kill_group, tail, wait_gone
 from kbencheval.extract import defines_model_new, extract_code, static_check
 
@@ -208,7 +208,7 @@ class Evaluator:
         if small and not problem.small_sizes and cfg.on_cpu:
             checks["sizes"] = "problem declares no SMALL_SIZES; running at full size on the interpreter"
         sizes = problem.small_sizes if small else {}
-        stress = _stress_names(problem.input_domain) if cfg.stress_trials else []
+        stress = stress_names(problem.input_domain) if cfg.stress_trials else []
         trials = seeds.correctness_trials(stress)
         prepare = Prepare(problem_source=problem.source, sizes=sizes, model_seeds=seeds.model, trials=trials)
         with self.gate.shared(gate_window(checks, "prepare")):
@@ -262,14 +262,6 @@ class Evaluator:
             except HarnessError:
                 pass  # the fork server died: _ensure_server starts a new one before the next candidate
             shutil.rmtree(job_dir, ignore_errors=True)
-
-
-def _stress_names(domain: str) -> list[str]:
-    from kbencheval.eval.seeds import STRESS_NAMES
-
-    if domain == "none":
-        return []
-    return [n for n in STRESS_NAMES if domain == "any" or not n.startswith("shift-")]
 
 
 def _versions() -> dict:

@@ -15,22 +15,18 @@ import types
 
 import torch
 
-from kbencheval.dataset import INPUT_DOMAINS
 
-# name -> (transform of one floating tensor, domains it is valid for)
+from kbencheval.eval.seeds import STRESS_DOMAINS, stress_names  # noqa: F401  (which transforms a domain gets)
+
+# name -> transform of one floating tensor (the domains each is valid for: seeds.STRESS_DOMAINS)
 STRESS = {
-    "x0.01": (lambda x: x * 0.01, {"any", "positive", "unit_scale"}),
-    "x10": (lambda x: x * 10.0, {"any", "positive"}),
-    "x100": (lambda x: x * 100.0, {"any", "positive"}),
-    "shift+3": (lambda x: x + 3.0, {"any", "positive"}),
-    "shift-3": (lambda x: x - 3.0, {"any"}),
+    "x0.01": lambda x: x * 0.01,
+    "x10": lambda x: x * 10.0,
+    "x100": lambda x: x * 100.0,
+    "shift+3": lambda x: x + 3.0,
+    "shift-3": lambda x: x - 3.0,
 }
-
-
-def stress_names(domain: str) -> list[str]:
-    if domain not in INPUT_DOMAINS:
-        raise ValueError(f"INPUT_DOMAIN {domain!r} is unknown: use one of {', '.join(INPUT_DOMAINS)}")
-    return [name for name, (_, domains) in STRESS.items() if domain in domains]
+assert STRESS.keys() == STRESS_DOMAINS.keys()
 
 
 def load_problem_module(source: str, sizes: dict) -> types.ModuleType:
@@ -54,7 +50,7 @@ def make_inputs(module, trial, device: torch.device) -> list:
         inputs = module.get_inputs()
     inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
     if stress:
-        transform = STRESS[stress][0]
+        transform = STRESS[stress]
         inputs = [transform(x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
     return inputs
 

@@ -12,9 +12,26 @@ import dataclasses
 import random
 import secrets
 
+from kbencheval.dataset import INPUT_DOMAINS
 from kbencheval.eval.protocol import Trial
 
-STRESS_NAMES = ("x0.01", "x10", "x100", "shift+3", "shift-3")  # kbencheval.eval.inputs.STRESS
+# Stress transform -> the INPUT_DOMAINs it is valid for. Here, not beside the transforms in
+# kbencheval.eval.inputs, because the trusted harness picks the trials and does not import torch.
+STRESS_DOMAINS = {
+    "x0.01": {"any", "positive", "unit_scale"},
+    "x10": {"any", "positive"},
+    "x100": {"any", "positive"},
+    "shift+3": {"any", "positive"},
+    "shift-3": {"any"},
+}
+STRESS_NAMES = tuple(STRESS_DOMAINS)
+
+
+def stress_names(domain: str) -> list[str]:
+    """The stress trials a problem with this INPUT_DOMAIN gets."""
+    if domain not in INPUT_DOMAINS:
+        raise ValueError(f"INPUT_DOMAIN {domain!r} is unknown: use one of {', '.join(INPUT_DOMAINS)}")
+    return [name for name, domains in STRESS_DOMAINS.items() if domain in domains]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
