@@ -6,7 +6,10 @@ with their own config classes so a bad key fails here, before any stage runs, an
 stages' settings as shell assignments (LEARN_*) for the launcher to `eval`.
 
 Top-level keys: seed, model {vocab_size, hidden, layers}, synth {kbench synth flags}, eval {...},
-sft {SFTConfig}, rl {RLConfig}. Overrides are dotted: sft.num_steps=10, eval.num_samples=4.
+sft {SFTConfig}, rl {RLConfig}, sft_stop {every, num_problems, num_samples, min_pass_at_k} (SFT in chunks
+of `every` steps up to sft.num_steps, probing held-out pass@num_samples after each, stopping at the
+first chunk that reaches min_pass_at_k), controls {sft_continued, shuffled_rewards}. Overrides are
+dotted: sft.num_steps=10, eval.num_samples=4.
 
 example: python scripts/learning_config.py configs/learn_synth_cpu.yaml runs/learn_cpu seed=1
 """
@@ -25,10 +28,13 @@ sys.path.insert(0, str(REPO))
 
 from kbencheval.config import ConfigError  # noqa: E402
 
-SECTIONS = {"seed": int, "model": dict, "synth": dict, "eval": dict, "sft": dict, "rl": dict}
+SECTIONS = {"seed": int, "model": dict, "synth": dict, "eval": dict, "sft": dict, "rl": dict, "sft_stop": dict,
+            "controls": dict}
 EVAL_KEYS = {"num_problems", "num_samples", "temperature", "top_p", "max_tokens", "device", "num_gpus",
              "cpu_workers", "workers_per_gpu", "trials", "batch_size"}
 MODEL_KEYS = {"vocab_size", "hidden", "layers"}
+SFT_STOP_KEYS = {"every", "num_problems", "num_samples", "min_pass_at_k"}
+CONTROL_KEYS = {"sft_continued", "shuffled_rewards"}
 
 
 def _set(tree: dict, dotted: str, raw: str) -> None:
@@ -48,10 +54,16 @@ def load(path: str, overrides: list[str]) -> dict:
     unknown = set(cfg) - set(SECTIONS)
     if unknown:
         raise ConfigError(f"unknown top-level keys {sorted(unknown)} in {path}; use {', '.join(SECTIONS)}")
-    for section, keys in (("eval", EVAL_KEYS), ("model", MODEL_KEYS)):
+    for section, keys in (("eval", EVAL_KEYS), ("model", MODEL_KEYS), ("sft_stop", SFT_STOP_KEYS),
+                          ("controls", CONTROL_KEYS)):
         bad = set(cfg.get(section, {})) - keys
         if bad:
             raise ConfigError(f"unknown {section} keys {sorted(bad)} in {path}; known: {', '.join(sorted(keys))}")
+    stop = cfg.get("sft_stop", {})
+    if stop and (set(stop) != SFT_STOP_KEYS or int(stop["every"]) < 1 or int(stop["num_samples"]) < 1
+                 or int(stop["num_problems"]) < 1):
+        raise ConfigError(f"sft_stop needs {', '.join(sorted(SFT_STOP_KEYS))} (every, num_problems, num_samples >= 1) "
+                          f"in {path}; got {stop}")
     return cfg
 
 
@@ -104,8 +116,15 @@ def main(argv: list[str]) -> int:
     flat |= {f"MODEL_{k.upper()}": v for k, v in cfg.get("model", {}).items()}
     flat |= {f"EVAL_{k.upper()}": v for k, v in cfg.get("eval", {}).items()}
     flat["SYNTH_ARGS"] = " ".join(_flag(k, v) for k, v in cfg.get("synth", {}).items())
+    flat |= {f"SFT_STOP_{k.upper()}": v for k, v in cfg.get("sft_stop", {}).items()}
+    flat |= {f"CONTROLS_{k.upper()}": v for k, v in cfg.get("controls", {}).items()}
     flat["PROMPT_STYLE"] = rl.get("rollout", {}).get("prompt_style", "one_shot")
+    rl_cfg = from_dict(RLConfig, rl, "rl")
+    flat["SFT_NUM_STEPS"] = from_dict(SFTConfig, sft, "sft").num_steps
+    # the continued-SFT control trains as many optimizer steps as GRPO took
+    flat["RL_OPTIMIZER_STEPS"] = rl_cfg.num_steps * getattr(getattr(rl_cfg.train, "grpo", None), "num_steps_per_rollout", 1)
     for key, value in flat.items():
+        value = str(value).lower() if isinstance(value, bool) else value
         print(f"LEARN_{key}={shlex.quote(str(value))}")
     return 0
 

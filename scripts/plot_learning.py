@@ -1,13 +1,16 @@
 """python scripts/plot_learning.py RUN_DIR [--out docs/results/learning]
 
 Renders a learning run's curves as PNGs from its TensorBoard events (RUN/sft/tb, RUN/rl/tb) and its
-held-out reports (RUN/evals/heldout_{sft,rl}.json, written by `kbench report --json`):
+held-out reports (RUN/evals/heldout_{sft,rl,sft_continued,rl_shuffled}.json, written by `kbench report --json`)
+and SFT probes (RUN/sft/probes.txt):
   sft_loss.png      SFT loss per step
   rl_reward.png     GRPO mean reward per step
   rl_rates.png      rollout correct rate and fast_1 rate per step (training problems)
   rl_kl.png         KL to the reference (when the run logged one) and the engine/trainer logprob gap
   tokens_per_s.png  generation and training tokens/s per phase
-  heldout.png       held-out pass@1 correctness and fast_1 before and after RL, 95% Wilson intervals
+  sft_probe.png     held-out pass@k of the SFT probes per SFT step (where SFT stopped)
+  heldout.png       held-out pass@1 correctness and fast_1 after SFT, after RL and for the controls run,
+                    95% Wilson intervals
 and summary.json with the held-out numbers and the stage seconds. Missing inputs are reported, not fatal.
 """
 
@@ -98,6 +101,10 @@ def heldout_plot(path: Path, numbers: dict[str, dict]) -> bool:
     return True
 
 
+PHASES = {"sft": "after SFT", "rl": "after RL", "sft_continued": "SFT continued (control)",
+          "rl_shuffled": "RL, shuffled rewards (control)"}
+
+
 def pick(tags: dict, *names: str) -> list[tuple[int, float]]:
     return next((tags[n] for n in names if n in tags), [])
 
@@ -116,14 +123,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"{run} is not a folder; pass the RUN_DIR given to scripts/run_learning.sh")
     out = Path(args.out or run / "plots")
     out.mkdir(parents=True, exist_ok=True)
-    sft, rl = scalars(run / "sft" / "tb"), scalars(run / "rl" / "tb")
+    sft, rl, shuffled = scalars(run / "sft" / "tb"), scalars(run / "rl" / "tb"), scalars(run / "rl_shuffled" / "tb")
     kl_tags = {t: v for t, v in rl.items() if "kl" in t.lower()}
     written, missing = [], []
     plots = {
         "sft_loss.png": ("SFT loss", {"train/loss": pick(sft, "train/loss")}, "loss"),
-        "rl_reward.png": ("GRPO reward (training problems)", {"reward/mean": pick(rl, "reward/mean")}, "reward"),
-        "rl_rates.png": ("GRPO rollouts (training problems)", {"correct": pick(rl, "eval/correct_rate"),
-                                                                "fast_1": pick(rl, "eval/fast_1_rate")}, "rate"),
+        "rl_reward.png": ("GRPO reward (training problems)", {"reward/mean": pick(rl, "reward/mean"),
+                                                              "shuffled control": pick(shuffled, "reward/mean")}, "reward"),
+        "rl_rates.png": ("GRPO rollouts (training problems)", {
+            "correct": pick(rl, "eval/correct_rate"), "fast_1": pick(rl, "eval/fast_1_rate"),
+            "correct, shuffled control": pick(shuffled, "eval/correct_rate")}, "rate"),
         "rl_kl.png": ("KL and logprob gap", {**kl_tags, "engine-trainer |dlogp|":
                                              pick(rl, "train/rollout_logprob_abs_diff")}, "nats"),
         "tokens_per_s.png": ("throughput per phase", {
@@ -132,15 +141,20 @@ def main(argv: list[str] | None = None) -> int:
     }
     for name, (title, series, ylabel) in plots.items():
         (written if line_plot(out / name, title, series, ylabel) else missing).append(name)
+    probes_txt = run / "sft" / "probes.txt"
+    probes = [(int(a), float(b)) for a, b in (line.split() for line in probes_txt.read_text().splitlines() if line.strip())] \
+        if probes_txt.is_file() else []
+    (written if line_plot(out / "sft_probe.png", "SFT held-out probe", {"pass@k": probes}, "pass@k") else missing).append(
+        "sft_probe.png")
     numbers = {}
-    for phase in ("sft", "rl"):
+    for phase, label in PHASES.items():
         report = run / "evals" / f"heldout_{phase}.json"
         if report.is_file():
-            numbers[f"after {phase.upper()}"] = heldout_numbers(json.loads(report.read_text()))
+            numbers[label] = heldout_numbers(json.loads(report.read_text()))
     (written if heldout_plot(out / "heldout.png", numbers) else missing).append("heldout.png")
     stages = run / "stage_seconds.txt"
     seconds = dict(line.split() for line in stages.read_text().splitlines() if line.strip()) if stages.is_file() else {}
-    summary = {"heldout": numbers, "stage_seconds": {k: int(v) for k, v in seconds.items()},
+    summary = {"heldout": numbers, "sft_probes": probes, "stage_seconds": {k: int(v) for k, v in seconds.items()},
                "plots": written, "missing": missing}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"wrote {len(written)} plots to {out}" + (f"; no data for {', '.join(missing)}" if missing else ""))

@@ -3,15 +3,20 @@
 # The whole learning pipeline of issue 13, one stage after another (a rerun skips finished stages):
 #   1. kbench synth: train/held-out problems (+ verification), SFT conversations   RUN/synth/
 #   2. tokenizer (trained on the synthetic problems) + random Qwen3-shaped model     RUN/base/
-#   3. smart sft on the train split only                                               RUN/sft/
+#   3. smart sft on the train split only; with sft_stop, in chunks of sft_stop.every steps, each followed
+#      by a held-out probe (pass@k, correctness only, on held-out problems the evaluations below do not
+#      use), stopping at the first chunk that reaches sft_stop.min_pass_at_k                 RUN/sft/
 #   4. held-out eval of the SFT model: kbench generate / eval / report                 RUN/evals/heldout_sft*
 #   5. GRPO through scripts/run_rl.sh, starting from the SFT model                     RUN/rl/
 #   6. held-out eval of the RL model, same sampling settings and seeds                 RUN/evals/heldout_rl*
-#   7. curves (scripts/plot_learning.py)                                               RUN/plots/
+#   7. controls (when set): SFT continued for as many optimizer steps as GRPO took     RUN/sft_continued/
+#      and GRPO with rewards shuffled within each batch                                RUN/rl_shuffled/
+#      each evaluated like 4 and 6                                  RUN/evals/heldout_{sft_continued,rl_shuffled}*
+#   8. curves (scripts/plot_learning.py)                                               RUN/plots/
 # Seconds per stage go to RUN/stage_seconds.txt. Overrides are dotted: seed=1 sft.num_steps=10 eval.num_samples=4.
 # example: PYTHON=.venv/bin/python bash scripts/run_learning.sh configs/learn_synth_cpu.yaml runs/learn_cpu
 source "$(dirname "$0")/_launcher_common.sh"
-if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 [[ $# -ge 1 ]] || { echo "usage: bash scripts/run_learning.sh CONFIG.yaml [RUN_DIR] [key=value ...]" >&2; exit 2; }
 CONFIG=$1; shift
 RUN=runs/$(basename "$CONFIG" .yaml)
@@ -28,30 +33,79 @@ timed() {  # timed NAME CMD...: run a stage and record its wall seconds
   echo "$name $(( $(date +%s) - t0 ))" >> "$RUN/stage_seconds.txt"
 }
 
-heldout_subset() {  # the first N held-out problem ids, as kbench's subset=[...]
-  "$PY" - "$RUN/synth/manifest.json" "$LEARN_EVAL_NUM_PROBLEMS" <<'EOF'
+heldout_subset() {  # heldout_subset OFFSET COUNT: held-out problem ids [OFFSET, OFFSET+COUNT) as kbench's subset=[...]
+  "$PY" - "$RUN/synth/manifest.json" "$1" "$2" <<'EOF'
 import json, sys
 manifest = json.load(open(sys.argv[1]))
 ids = sorted(int(p["file"].split("_")[0]) for p in manifest["problems"] if p["split"] == "heldout")
-if not ids:
-    sys.exit("run_learning.sh: the synth run kept no held-out problem; raise synth.n")
-print("[" + ",".join(map(str, ids[: int(sys.argv[2])])) + "]")
+offset, count = int(sys.argv[2]), int(sys.argv[3])
+if len(ids) <= offset:
+    sys.exit(f"run_learning.sh: {len(ids)} held-out problems, none after the first {offset}; raise synth.n "
+             "or lower eval.num_problems (the SFT probe uses the held-out problems after the evaluation's)")
+print("[" + ",".join(map(str, ids[offset:offset + count])) + "]")
 EOF
 }
 
-evaluate() {  # evaluate NAME MODEL: held-out generations, verdicts and report of one checkpoint
-  local name=heldout_$1 model=$2 subset
-  subset=$(heldout_subset)
-  timed "generate_$1" "$PY" -m kbencheval.cli generate run_name="$name" runs_dir="$RUN/evals" dataset_src=local \
-    dataset_path="$RUN/synth/heldout" level=1 subset="$subset" num_samples="$LEARN_EVAL_NUM_SAMPLES" \
+evaluate() {  # evaluate TAG MODEL OFFSET COUNT SAMPLES [kbench eval key=value ...]: RUN/evals/heldout_TAG.json
+  local tag=$1 model=$2 subset samples=$5 name=heldout_$1
+  subset=$(heldout_subset "$3" "$4")
+  shift 5
+  timed "generate_$tag" "$PY" -m kbencheval.cli generate run_name="$name" runs_dir="$RUN/evals" dataset_src=local \
+    dataset_path="$RUN/synth/heldout" level=1 subset="$subset" num_samples="$samples" \
     server_type=embedded model_name="$model" temperature="$LEARN_EVAL_TEMPERATURE" top_p="$LEARN_EVAL_TOP_P" \
     max_tokens="$LEARN_EVAL_MAX_TOKENS" seed="$LEARN_SEED" prompt_style="$LEARN_PROMPT_STYLE" \
     batch_size="${LEARN_EVAL_BATCH_SIZE:-0}"
   local trials=(); [[ -n "${LEARN_EVAL_TRIALS:-}" ]] && trials=(eval.trials="$LEARN_EVAL_TRIALS")
-  timed "eval_$1" "$PY" -m kbencheval.cli eval run_name="$name" runs_dir="$RUN/evals" device="$LEARN_EVAL_DEVICE" \
+  timed "eval_$tag" "$PY" -m kbencheval.cli eval run_name="$name" runs_dir="$RUN/evals" device="$LEARN_EVAL_DEVICE" \
     num_gpus="${LEARN_EVAL_NUM_GPUS:-0}" cpu_workers="${LEARN_EVAL_CPU_WORKERS:-1}" \
-    workers_per_gpu="${LEARN_EVAL_WORKERS_PER_GPU:-1}" "${trials[@]}"
+    workers_per_gpu="${LEARN_EVAL_WORKERS_PER_GPU:-1}" "${trials[@]}" "$@"
   "$PY" -m kbencheval.cli report "$name" runs_dir="$RUN/evals" --json > "$RUN/evals/$name.json"
+}
+
+evaluate_heldout() {  # evaluate_heldout TAG MODEL: the before/after evaluation, identical for every checkpoint
+  evaluate "$1" "$2" 0 "$LEARN_EVAL_NUM_PROBLEMS" "$LEARN_EVAL_NUM_SAMPLES"
+}
+
+pass_at_k() {  # pass_at_k REPORT.json K: the unbiased pass@K over the report's problems
+  "$PY" - "$1" "$2" <<'EOF'
+import json, sys
+from kbencheval.bench.metrics import pass_at_k
+problems, k = json.load(open(sys.argv[1]))["problems"], int(sys.argv[2])
+print(f"{sum(pass_at_k(p['n'], p['correct'], k) for p in problems) / max(len(problems), 1):.4f}")
+EOF
+}
+
+sft_until_stop() {  # SFT, in chunks with a held-out probe after each when sft_stop is set; RUN/sft/stopped_at = its last step
+  local step=0 pass
+  if [[ -z "${LEARN_SFT_STOP_EVERY:-}" ]]; then
+    timed sft "$PY" -m smart.cli sft "$RUN/config/sft.yaml"
+    echo "$LEARN_SFT_NUM_STEPS" > "$RUN/sft/stopped_at"
+    return
+  fi
+  while :; do
+    step=$(( step + LEARN_SFT_STOP_EVERY > LEARN_SFT_NUM_STEPS ? LEARN_SFT_NUM_STEPS : step + LEARN_SFT_STOP_EVERY ))
+    timed "sft_to_$step" "$PY" -m smart.cli sft "$RUN/config/sft.yaml" num_steps="$step"  # resumes the last chunk
+    # correctness only: the probe decides when to stop; the evaluations below measure speed too
+    evaluate "sft_probe_$step" "$RUN/sft/hf" "$LEARN_EVAL_NUM_PROBLEMS" "$LEARN_SFT_STOP_NUM_PROBLEMS" \
+      "$LEARN_SFT_STOP_NUM_SAMPLES" eval.timing=false
+    pass=$(pass_at_k "$RUN/evals/heldout_sft_probe_$step.json" "$LEARN_SFT_STOP_NUM_SAMPLES")
+    echo "$step $pass" >> "$RUN/sft/probes.txt"
+    echo "== SFT step $step: held-out probe pass@$LEARN_SFT_STOP_NUM_SAMPLES = $pass" >&2
+    if (( step >= LEARN_SFT_NUM_STEPS )) || \
+       "$PY" -c "import sys; sys.exit(float(sys.argv[1]) < float(sys.argv[2]))" "$pass" "$LEARN_SFT_STOP_MIN_PASS_AT_K"; then
+      break
+    fi
+  done
+  echo "$step" > "$RUN/sft/stopped_at"
+}
+
+sft_continued() {  # the control: SFT resumed where it stopped, for as many optimizer steps as GRPO took
+  local stopped
+  stopped=$(cat "$RUN/sft/stopped_at")
+  mkdir -p "$RUN/sft_continued/checkpoints"
+  cp -r "$RUN/sft/checkpoints/step_$(printf %06d "$stopped")" "$RUN/sft_continued/checkpoints/"
+  "$PY" -m smart.cli sft "$RUN/config/sft.yaml" out_dir="$RUN/sft_continued" \
+    num_steps=$(( stopped + LEARN_RL_OPTIMIZER_STEPS ))
 }
 
 # shellcheck disable=SC2086  # LEARN_SYNTH_ARGS is a list of flags
@@ -60,9 +114,18 @@ evaluate() {  # evaluate NAME MODEL: held-out generations, verdicts and report o
 [[ -f "$RUN/base/config.json" ]] || timed model "$PY" scripts/make_tiny_model.py --out "$RUN/base" \
   --vocab-size "$LEARN_MODEL_VOCAB_SIZE" --hidden "$LEARN_MODEL_HIDDEN" --layers "$LEARN_MODEL_LAYERS" \
   --seed "$LEARN_SEED" --corpus "$RUN/synth/train"
-[[ -f "$RUN/sft/hf/config.json" ]] || timed sft "$PY" -m smart.cli sft "$RUN/config/sft.yaml"
-[[ -f "$RUN/evals/heldout_sft.json" ]] || evaluate sft "$RUN/sft/hf"
+[[ -f "$RUN/sft/stopped_at" ]] || sft_until_stop
+[[ -f "$RUN/evals/heldout_sft.json" ]] || evaluate_heldout sft "$RUN/sft/hf"
 [[ -f "$RUN/rl/hf/config.json" ]] || timed rl bash scripts/run_rl.sh "$RUN/config/rl.yaml"
-[[ -f "$RUN/evals/heldout_rl.json" ]] || evaluate rl "$RUN/rl/hf"
+[[ -f "$RUN/evals/heldout_rl.json" ]] || evaluate_heldout rl "$RUN/rl/hf"
+if [[ "${LEARN_CONTROLS_SFT_CONTINUED:-false}" == true ]]; then
+  [[ -f "$RUN/sft_continued/hf/config.json" ]] || timed sft_continued sft_continued
+  [[ -f "$RUN/evals/heldout_sft_continued.json" ]] || evaluate_heldout sft_continued "$RUN/sft_continued/hf"
+fi
+if [[ "${LEARN_CONTROLS_SHUFFLED_REWARDS:-false}" == true ]]; then
+  [[ -f "$RUN/rl_shuffled/hf/config.json" ]] || timed rl_shuffled bash scripts/run_rl.sh "$RUN/config/rl.yaml" \
+    out_dir="$RUN/rl_shuffled" reward.reward_fn=smart.reward.controls:shuffled_preset_rewards
+  [[ -f "$RUN/evals/heldout_rl_shuffled.json" ]] || evaluate_heldout rl_shuffled "$RUN/rl_shuffled/hf"
+fi
 "$PY" scripts/plot_learning.py "$RUN" --out "$RUN/plots"
 echo "run_learning.sh: done; held-out reports in $RUN/evals/, curves in $RUN/plots/" >&2
