@@ -126,6 +126,23 @@ def test_missing_model_path_is_a_clear_error(tmp_path):
         make_client("embedded", str(tmp_path / "missing"))
 
 
+def test_kbench_generate_runs_the_embedded_engine_where_engine_device_says(tiny_model):
+    # kbench generate once built the embedded engine on the CPU even on a GPU machine (25x slower there)
+    from kbencheval.bench.common import make_llm_client
+    from kbencheval.config import ConfigError
+
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert make_llm_client("embedded", tiny_model).device.type == expected
+    assert make_llm_client("embedded", tiny_model, engine_device="cpu").device.type == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(LLMError, match="torch sees no GPU"):
+            make_llm_client("embedded", tiny_model, engine_device="cuda")
+    with pytest.raises(ConfigError, match="engine_device='gpu'"):
+        make_llm_client("embedded", tiny_model, engine_device="gpu")
+    with pytest.raises(ConfigError, match="engine_device is for server_type=embedded"):
+        make_llm_client("openai", "m", "http://127.0.0.1:1/v1", engine_device="cuda")
+
+
 # ---------------- kbench serve + HTTP clients ----------------
 
 @pytest.fixture(scope="module")

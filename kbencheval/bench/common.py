@@ -36,14 +36,31 @@ def require(value, message: str) -> None:
         raise ConfigError(message)
 
 
-def make_llm_client(server_type: str, model_name: str, base_url: str = "", api_key_env: str = ""):
-    """The client for a generate/run-one config; api_key_env matters only for hosted OpenAI-style APIs."""
+def make_llm_client(server_type: str, model_name: str, base_url: str = "", api_key_env: str = "",
+                    engine_device: str = "auto"):
+    """The client for a generate/run-one config; api_key_env matters only for hosted OpenAI-style APIs,
+    engine_device only for the embedded engine."""
     from kbencheval.llm import base
 
     kwargs = {"api_key_env": api_key_env} if api_key_env else {}
     if api_key_env and server_type != "openai":
         raise ConfigError(f"api_key_env is for server_type=openai; drop it for server_type={server_type}")
+    if server_type == "embedded":
+        kwargs["device"] = embedded_device(engine_device)
+    elif engine_device != "auto":
+        raise ConfigError(f"engine_device is for server_type=embedded; drop it for server_type={server_type}")
     return base.make_client(server_type, model_name, base_url=base_url or None, **kwargs)
+
+
+def embedded_device(engine_device: str) -> str:
+    """auto -> cuda when torch sees a GPU (the embedded engine on CPU is ~100x slower there), else cpu."""
+    if engine_device != "auto":
+        if not (engine_device in ("cpu", "cuda") or (engine_device.startswith("cuda:") and engine_device[5:].isdigit())):
+            raise ConfigError(f"engine_device={engine_device!r}: use auto, cpu, cuda or cuda:N")
+        return engine_device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def cli_main(command: str, body: Callable[[], int]) -> int:

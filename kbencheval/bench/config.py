@@ -70,6 +70,9 @@ class ClientConfig:
     base_url: str = ""
     api_key_env: str = ""
     """Environment variable holding the API key (server_type=openai); default OPENAI_API_KEY."""
+    engine_device: str = "auto"
+    """server_type=embedded: where the model runs: auto (the first GPU when torch sees one, else cpu), cpu,
+    cuda or cuda:N."""
     temperature: float = 0.7
     top_p: float = 0.95
     max_tokens: int = 4096

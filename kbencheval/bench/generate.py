@@ -215,7 +215,7 @@ def generate(cfg: GenerateConfig) -> dict:
     if cfg.server_type == "reference":
         client = ReferenceClient({messages[p.key][-1]["content"]: p for p in problems})
     else:
-        client = make_llm_client(cfg.server_type, cfg.model_name, cfg.base_url, cfg.api_key_env)
+        client = make_llm_client(cfg.server_type, cfg.model_name, cfg.base_url, cfg.api_key_env, cfg.engine_device)
 
     def one_call(first: int, count: int, batch: list[Problem]) -> list[Generation]:
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_tokens,
