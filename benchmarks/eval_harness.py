@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import kernelbench_compare  # noqa: E402  (beside this file)
 from kbencheval.dataset import load_bundled  # noqa: E402
 from kbencheval.eval.harness import EvalConfig, Evaluator  # noqa: E402
+from kbencheval.eval.config import timing_memory_per_evaluator  # noqa: E402
 
 
 def cold_start_seconds(device: str, runs: int = 3) -> float:
@@ -114,7 +115,7 @@ def main() -> int:
         problems = problems[: args.limit]
     cold = cold_start_seconds(args.device)
     t = time.perf_counter()
-    cfg = EvalConfig(device=args.device, timing_mode=args.timing_mode)
+    cfg = timing_memory_per_evaluator(EvalConfig(device=args.device, timing_mode=args.timing_mode), args.workers_per_device)
     evaluators = [Evaluator(cfg) for _ in range(args.workers_per_device)]
     startup = time.perf_counter() - t
     rows = {p.key: {"problem": p.key} for p in problems}

@@ -100,3 +100,58 @@ def test_two_evaluators_on_one_device_never_time_while_the_other_checks(tmp_path
                     assert not _overlap(gate["timing"], theirs[phase]), (k, phase)
     shared_overlaps = sum(_overlap(g["trials"], t["trials"]) for g in windows[0] for t in windows[1])
     print("correctness windows that overlapped:", shared_overlaps)
+
+
+def test_a_device_out_of_memory_error_is_retried_with_the_device_alone():
+    """Evaluators sharing a GPU can take the memory an honest candidate needs (4 per H100 failed 11 of
+    40 bundled solutions that way): a CUDA OOM verdict is re-run once under the exclusive gate."""
+    from kbencheval.dataset import load_bundled
+    from kbencheval.eval.harness import EvalConfig, Evaluator
+
+    relu = next(p for p in load_bundled(1) if p.problem_id == 1)
+    head = "def forward(self, x: torch.Tensor) -> torch.Tensor:"
+    assert head in relu.solution_source
+
+    def failing(statement: str) -> str:
+        return "```python\n" + relu.solution_source.replace(head, f"{head}\n        {statement}") + "```"
+
+    results = []
+    with Evaluator(EvalConfig(device="cpu", trials=1, stress_trials=False, timeout_s=60)) as ev:
+        other = DeviceGate("cpu")  # another Evaluator's correctness work on the same device
+        with other.shared():  # the first run shares the device with it; the re-run must wait until it lets go
+            worker = threading.Thread(target=lambda: results.append(
+                ev.evaluate(relu, failing("raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 1.00 GiB')"))))
+            worker.start()
+            _wait_for_an_exclusive_waiter(other)
+            time.sleep(1.0)
+        worker.join(120)
+        broken = ev.evaluate(relu, failing("raise RuntimeError('no')"))
+    [oom] = results
+    assert oom.status.value == "runtime_error" and "CUDA out of memory" in oom.error
+    assert "device_oom_retry" in oom.checks
+    assert oom.checks["device_gate"]["prepare"]["wait_s"] > 0.5  # the re-run waited for the device to be its own
+    assert broken.status.value == "runtime_error" and "device_oom_retry" not in broken.checks  # no retry
+
+
+def _wait_for_an_exclusive_waiter(gate: DeviceGate, timeout_s: float = 120.0) -> None:
+    """Until someone holds the gate's turnstile for a while: an exclusive holder keeps it while it waits
+    (a shared one takes it only for an instant)."""
+    import fcntl
+    import os
+
+    fd = os.open(gate.paths["turnstile"], os.O_RDWR)
+    try:
+        busy_since, deadline = None, time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                busy_since = None
+            except BlockingIOError:
+                busy_since = busy_since or time.monotonic()
+                if time.monotonic() - busy_since > 0.3:
+                    return
+            time.sleep(0.05)
+        raise AssertionError("nobody waited for the device alone")
+    finally:
+        os.close(fd)

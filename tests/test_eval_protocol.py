@@ -187,6 +187,14 @@ def test_evaluators_sharing_the_cpu_split_its_cores(monkeypatch):
         EvalConfig(cpu_threads=-1).validate()
 
 
+def test_evaluators_sharing_a_gpu_split_its_timing_memory():
+    from kbencheval.eval.config import EvalConfig, timing_memory_per_evaluator
+
+    assert timing_memory_per_evaluator(EvalConfig(device="cuda:0", timing_input_gb=6.0), 4).timing_input_gb == 1.5
+    assert timing_memory_per_evaluator(EvalConfig(device="cuda:0", timing_input_gb=6.0), 1).timing_input_gb == 6.0
+    assert timing_memory_per_evaluator(EvalConfig(device="cpu", timing_input_gb=6.0), 4).timing_input_gb == 6.0
+
+
 def test_cpu_threads_reach_the_candidates_process():
     from kbencheval.dataset import load_bundled
     from kbencheval.eval.harness import EvalConfig, Evaluator

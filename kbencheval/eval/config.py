@@ -58,7 +58,8 @@ class EvalConfig:
     timing_input_sets: int = 8
     """Distinct fresh input sets rotated through the timed calls (at least 2, capped by timing_input_gb)."""
     timing_input_gb: float = 6.0
-    """GPU memory the rotating timing inputs may take."""
+    """GPU memory the rotating timing inputs may take (Evaluators sharing a GPU split it:
+    `timing_memory_per_evaluator`)."""
     l2_flush_mb: int = 256
     seed: int | None = None
     """None: every evaluation draws its seeds from a CSPRNG (`secrets`), so no candidate can know its
@@ -102,3 +103,11 @@ def cpu_threads_per_evaluator(cfg: EvalConfig, evaluators_on_cpu: int) -> EvalCo
     if cfg.cpu_threads or evaluators_on_cpu <= 1:
         return cfg
     return dataclasses.replace(cfg, cpu_threads=max(1, (os.cpu_count() or 1) // evaluators_on_cpu))
+
+
+def timing_memory_per_evaluator(cfg: EvalConfig, evaluators_on_device: int) -> EvalConfig:
+    """`cfg` with timing_input_gb split among the Evaluators that share one GPU: 4 Evaluators with 6 GB
+    of timing inputs each, next to their judges' reference outputs, ran an H100 out of memory."""
+    if cfg.on_cpu or evaluators_on_device <= 1:
+        return cfg
+    return dataclasses.replace(cfg, timing_input_gb=cfg.timing_input_gb / evaluators_on_device)

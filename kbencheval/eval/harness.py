@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -86,6 +87,7 @@ class Evaluator:
         self._judge: _Conn | None = None
         self._lock = threading.Lock()
         self._job_counter = 0
+        self._alone = False  # set while a candidate is re-run with the device to itself (see evaluate)
         self._versions = _versions()
         self._device_name = self.cfg.device_index
 
@@ -175,11 +177,17 @@ class Evaluator:
         with self._lock:
             t0 = time.monotonic()
             self._ensure_server()  # raises only if the harness cannot run at all
-            try:
-                result = self._evaluate(problem, text, backend or self.cfg.backend, seeds or self.new_batch_seeds())
-            except Exception as e:  # noqa: BLE001 - whatever a candidate broke, it gets a verdict, not an exception
-                result = EvalResult(Status.RUNTIME_ERROR, error=f"the harness lost a process during this candidate "
-                                    f"({type(e).__name__}: {e}); it is restarted for the next one")
+            seeds = seeds or self.new_batch_seeds()
+            result = self._evaluate_guarded(problem, text, backend or self.cfg.backend, seeds)
+            if _device_out_of_memory(result):
+                # The device is shared: other Evaluators' correctness work may hold the memory this candidate
+                # needed (4 per H100 failed honest solutions this way). Once more, with the device to itself.
+                self._alone = True
+                try:
+                    result = self._evaluate_guarded(problem, text, backend or self.cfg.backend, seeds)
+                finally:
+                    self._alone = False
+                result.checks["device_oom_retry"] = "re-run with the device to itself after a device out-of-memory error"
             result.problem = result.problem or problem.key
             result.device = self._device_name
             result.sandbox = self.protections
@@ -189,6 +197,18 @@ class Evaluator:
             result.error = scrub(result.error, str(self._scratch))
             result.feedback = scrub(result.feedback, str(self._scratch)) if result.feedback else feedback_text(result)
             return result
+
+    def _evaluate_guarded(self, problem: Problem, text: str, backend: str, seeds: RunSeeds) -> EvalResult:
+        try:
+            return self._evaluate(problem, text, backend, seeds)
+        except Exception as e:  # noqa: BLE001 - whatever a candidate broke, it gets a verdict, not an exception
+            return EvalResult(Status.RUNTIME_ERROR, error=f"the harness lost a process during this candidate "
+                              f"({type(e).__name__}: {e}); it is restarted for the next one")
+
+    def device_share(self, window: dict):
+        """The gate for correctness work: shared with the device's other Evaluators, or exclusive while a
+        candidate is re-run alone after running out of device memory."""
+        return self.gate.exclusive(window) if self._alone else self.gate.shared(window)
 
     def _evaluate(self, problem: Problem, text: str, backend: str, seeds: RunSeeds) -> EvalResult:
         cfg = self.cfg
@@ -211,7 +231,7 @@ class Evaluator:
         stress = stress_names(problem.input_domain) if cfg.stress_trials else []
         trials = seeds.correctness_trials(stress)
         prepare = Prepare(problem_source=problem.source, sizes=sizes, model_seeds=seeds.model, trials=trials)
-        with self.gate.shared(gate_window(checks, "prepare")):
+        with self.device_share(gate_window(checks, "prepare")):
             try:
                 prep = self._judge_call(prepare)
             except HarnessError:  # the judge died since the last candidate: once more with a fresh one
@@ -262,6 +282,11 @@ class Evaluator:
             except HarnessError:
                 pass  # the fork server died: _ensure_server starts a new one before the next candidate
             shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def _device_out_of_memory(result: EvalResult) -> bool:
+    """A runtime error from torch's CUDA allocator (the candidate's or the judge's), not the host's."""
+    return result.status == Status.RUNTIME_ERROR and re.search(r"(CUDA|HIP) out of memory", result.error or "") is not None
 
 
 def _versions() -> dict:

@@ -36,7 +36,7 @@ FLOOR_FRACTION = 0.5  # a copy kernel is not the peak; half the floor is still p
 # but never these, nor correctness_*: they are the record a user reads, not the candidate's to write.
 HARNESS_KEYS = frozenset({"seeds", "static", "sizes", "stress_trials", "timing_rounds", "timing_trust",
                           "device_kernels", "reference_kernels", "physical_floor_us", "speedup_of_medians",
-                          "device_gate", "harness_restarts", "served_by"})
+                          "device_gate", "harness_restarts", "served_by", "device_oom_retry"})
 
 
 class _Verdict(Exception):
@@ -68,7 +68,7 @@ class Session:
         try:
             self.expect(Ready)
             self.compiled = True
-            with self.ev.gate.shared(gate_window(self.checks, "trials")):  # Triton compiles here, on first call
+            with self.ev.device_share(gate_window(self.checks, "trials")):  # Triton compiles here, on first call
                 self.judge(self.ask(RunPhase(phase="trials", trials=trials)))
             if not self.job.timing.enabled:
                 return EvalResult(Status.CORRECT, compiled=True, correct=True, checks=self.checks)
