@@ -22,7 +22,8 @@
 #   learning_status how far the detached learning run is; copies its summary when done
 # A machine is held at most 30 minutes and goes back after 30 s idle: chain the calls. Measured on the
 # H100 (2026-11-25): gpu_tests ~500 s, check_latency 103 s, corpus 223 s, megatron ~350 s; extrapolated
-# from runs cut by their limits: suite_trusted ~450 s, suite_events ~200 s; the learning run is sized for ~20 minutes. One machine fits
+# from runs cut by their limits: suite_trusted ~450 s, suite_events ~200 s; suite_4w 195-245 s, async 219 s, the
+# learning run 1,472 s of stages (of which 481 s generation on the CPU, since fixed). One machine fits
 # gpu_tests + suite_trusted + suite_events + suite_4w; another the learning run (poll with
 # learning_status; run nothing timing-sensitive beside it) and then weights + async.
 # On the device first install the wheels it lacks (see ../shared/device/make-wheels.sh) and put
@@ -31,7 +32,7 @@
 set -u
 out=${1:?usage: bash benchmarks/gpu_pending.sh OUT_DIR STEP [STEP ...]}
 shift
-[ $# -gt 0 ] || { sed -n '2,29p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,31p' "$0"; exit 2; }
 py=${PYTHON:-python3}
 work="$out/work"
 mkdir -p "$work"
