@@ -127,7 +127,7 @@ def test_missing_model_path_is_a_clear_error(tmp_path):
 
 
 def test_kbench_generate_runs_the_embedded_engine_where_engine_device_says(tiny_model):
-    # kbench generate once built the embedded engine on the CPU even on a GPU machine (25x slower there)
+    # kbench generate once built the embedded engine on the CPU even on a GPU machine
     from kbencheval.bench.common import make_llm_client
     from kbencheval.config import ConfigError
 
