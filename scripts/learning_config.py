@@ -103,8 +103,8 @@ def main(argv: list[str]) -> int:
         cfg = load(argv[0], argv[2:])
         run = Path(argv[1])
         sft, rl = stage_configs(cfg, run)
-        from_dict(SFTConfig, sft, "sft")  # validate now: a typo fails before an hour of GPU time
-        from_dict(RLConfig, rl, "rl")
+        sft_cfg = from_dict(SFTConfig, sft, "sft")  # validate now: a typo fails before an hour of GPU time
+        rl_cfg = from_dict(RLConfig, rl, "rl")
     except ConfigError as e:
         print(f"learning_config: {e}", file=sys.stderr)
         return 2
@@ -119,8 +119,7 @@ def main(argv: list[str]) -> int:
     flat |= {f"SFT_STOP_{k.upper()}": v for k, v in cfg.get("sft_stop", {}).items()}
     flat |= {f"CONTROLS_{k.upper()}": v for k, v in cfg.get("controls", {}).items()}
     flat["PROMPT_STYLE"] = rl.get("rollout", {}).get("prompt_style", "one_shot")
-    rl_cfg = from_dict(RLConfig, rl, "rl")
-    flat["SFT_NUM_STEPS"] = from_dict(SFTConfig, sft, "sft").num_steps
+    flat["SFT_NUM_STEPS"] = sft_cfg.num_steps
     # the continued-SFT control trains as many optimizer steps as GRPO took
     flat["RL_OPTIMIZER_STEPS"] = rl_cfg.num_steps * getattr(getattr(rl_cfg.train, "grpo", None), "num_steps_per_rollout", 1)
     for key, value in flat.items():
