@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import kernelbench_compare  # noqa: E402  (beside this file)
 from kbencheval.dataset import load_bundled  # noqa: E402
 from kbencheval.eval.harness import EvalConfig, Evaluator  # noqa: E402
-from kbencheval.eval.config import timing_memory_per_evaluator  # noqa: E402
+from kbencheval.eval.config import device_memory_per_evaluator  # noqa: E402
 
 
 def cold_start_seconds(device: str, runs: int = 3) -> float:
@@ -83,6 +83,10 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
                 "phases_s": phases, "timing_trust": r.checks.get("timing_trust"),
                 "physical_floor_us": r.checks.get("physical_floor_us"),
                 "timing_gate_wait_s": r.checks.get("device_gate", {}).get("timing", {}).get("wait_s"),
+                # Per gate phase: seconds waited for the device and held; the exclusive "timing" holds
+                # of all candidates added up bound the throughput of one device from above.
+                "gate_s": {phase: {"wait_s": w.get("wait_s"), "held_s": round(w["end"] - w["start"], 4)}
+                           for phase, w in r.checks.get("device_gate", {}).items() if "end" in w},
             }
             meta.update(device=r.device, sandbox=r.sandbox)
             print(f"{name} {p.key:<32} {r.status.value:<13} speedup={r.speedup} wall={wall:.2f}s "
@@ -115,7 +119,7 @@ def main() -> int:
         problems = problems[: args.limit]
     cold = cold_start_seconds(args.device)
     t = time.perf_counter()
-    cfg = timing_memory_per_evaluator(EvalConfig(device=args.device, timing_mode=args.timing_mode), args.workers_per_device)
+    cfg = device_memory_per_evaluator(EvalConfig(device=args.device, timing_mode=args.timing_mode), args.workers_per_device)
     evaluators = [Evaluator(cfg) for _ in range(args.workers_per_device)]
     startup = time.perf_counter() - t
     rows = {p.key: {"problem": p.key} for p in problems}
@@ -140,6 +144,8 @@ def main() -> int:
             deltas.append(d)
     speedups = [r["pass1"]["speedup"] for r in rows.values() if r["pass1"]["speedup"]]
     waits = [r["pass1"]["timing_gate_wait_s"] for r in rows.values() if r["pass1"].get("timing_gate_wait_s") is not None]
+    exclusive = {f"pass{n + 1}": [r[f"pass{n + 1}"]["gate_s"]["timing"]["held_s"] for r in rows.values()
+                                  if "timing" in r.get(f"pass{n + 1}", {}).get("gate_s", {})] for n in range(args.passes)}
     summary = {
         "device": device_name,
         "timing_mode": args.timing_mode,
@@ -157,6 +163,11 @@ def main() -> int:
         "cold_process_start_s": round(cold, 3),
         "evaluator_startup_s": round(startup, 3),
         "throughput_candidates_per_min": [round(60 * len(problems) / w, 2) for w in pass_walls],
+        # Timing holds the device alone: no number of Evaluators gets past 60 / (mean exclusive hold) per minute.
+        "exclusive_timing_s_median": [statistics.median(v) if v else None for v in exclusive.values()],
+        "exclusive_timing_s_total": [round(sum(v), 2) for v in exclusive.values()],
+        "device_correct_per_pass": [sum(r.get(f"pass{n + 1}", {}).get("status") == "correct" for r in rows.values())
+                                    for n in range(args.passes)],
     }
     if kb_root is not None:
         summary |= compare_with_kernelbench(kb_root, problems, rows, args.device)

@@ -168,10 +168,10 @@ def test_a_time_below_the_physical_floor_is_rejected():
     from kbencheval.eval.result import EvalResult
     from kbencheval.eval.session import _Verdict
 
-    setup = {"bandwidth_gbs": 2000.0, "io_bytes": 2 * 10**9}  # 2 GB at 2 TB/s: 1000 µs
-    _bare_session().check_floor(EvalResult(Status.CORRECT, runtime_us=900.0), setup)
+    io_bytes, bandwidth_gbs = 2 * 10**9, 2000.0  # 2 GB at 2 TB/s: 1000 µs
+    _bare_session().check_floor(EvalResult(Status.CORRECT, runtime_us=900.0), io_bytes, bandwidth_gbs)
     with pytest.raises(_Verdict, match="physical floor"):
-        _bare_session().check_floor(EvalResult(Status.CORRECT, runtime_us=100.0), setup)
+        _bare_session().check_floor(EvalResult(Status.CORRECT, runtime_us=100.0), io_bytes, bandwidth_gbs)
 
 
 def test_evaluators_sharing_the_cpu_split_its_cores(monkeypatch):
@@ -188,11 +188,12 @@ def test_evaluators_sharing_the_cpu_split_its_cores(monkeypatch):
 
 
 def test_evaluators_sharing_a_gpu_split_its_timing_memory():
-    from kbencheval.eval.config import EvalConfig, timing_memory_per_evaluator
+    from kbencheval.eval.config import EvalConfig, device_memory_per_evaluator
 
-    assert timing_memory_per_evaluator(EvalConfig(device="cuda:0", timing_input_gb=6.0), 4).timing_input_gb == 1.5
-    assert timing_memory_per_evaluator(EvalConfig(device="cuda:0", timing_input_gb=6.0), 1).timing_input_gb == 6.0
-    assert timing_memory_per_evaluator(EvalConfig(device="cpu", timing_input_gb=6.0), 4).timing_input_gb == 6.0
+    shared = device_memory_per_evaluator(EvalConfig(device="cuda:0", timing_input_gb=6.0, judge_cache_gb=8.0), 4)
+    assert (shared.timing_input_gb, shared.judge_cache_gb) == (1.5, 2.0)
+    assert device_memory_per_evaluator(EvalConfig(device="cuda:0", timing_input_gb=6.0), 1).timing_input_gb == 6.0
+    assert device_memory_per_evaluator(EvalConfig(device="cpu", timing_input_gb=6.0), 4).timing_input_gb == 6.0
 
 
 def test_cpu_threads_reach_the_candidates_process():
@@ -236,3 +237,32 @@ def test_a_workers_message_cannot_write_the_harnesss_checks():
     assert session.checks["phases_s"] == {"load_s": 1.0}  # the worker's own figures are kept
     assert session.checks["timing_rounds"] == ["the harness's"] and session.checks["correctness_trials"] == [{"ok": False}]
     assert not set(HARNESS_KEYS) - {"timing_rounds"} & set(session.checks)
+
+
+@pytest.mark.parametrize("timing_input_gb", [1.0, 1e-9])
+def test_trials_stream_one_at_a_time_and_timed_outputs_are_judged_after_the_exclusive_rounds(timing_input_gb):
+    """Each correctness trial is asked for and judged alone (the worker and judge hold one trial's tensors);
+    the picked timed outputs are judged after the rounds, sharing the device, unless holding them would
+    pass the timing memory budget: then each is judged at once, and the judge keeps its memory meanwhile."""
+    from kbencheval.dataset import load_bundled
+    from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.eval.protocol import Compare
+
+    relu = next(p for p in load_bundled(1) if p.key == "L1_1_ReLU")
+    cfg = EvalConfig(device="cpu", trials=3, timing_on_cpu=True, iters=20, warmup=1, timeout_s=120,
+                     timing_input_gb=timing_input_gb, judge_cache_gb=0.0)  # 0: every reference is recomputed
+    with Evaluator(cfg) as ev:
+        compares, call = [], ev._judge_call
+        ev._judge_call = lambda msg: (compares.append(msg) if isinstance(msg, Compare) else None, call(msg))[1]
+        result = ev.evaluate(relu, "```python\n" + relu.solution_source + "```")
+    assert result.status == Status.CORRECT, result.error
+    trials = [c for c in compares if c.phase == "trials"]
+    assert len(trials) == 3 + len(result.checks["stress_trials"]) and all(len(c.items) == 1 for c in trials)
+    timed = [c for c in compares if c.phase == "timed_outputs"]
+    assert len(timed) == len(result.checks["timing_rounds"]) == 4
+    gate = result.checks["device_gate"]
+    assert gate["timing_setup"]["end"] <= gate["timing"]["start"]
+    if timing_input_gb == 1.0:
+        assert gate["timing"]["end"] <= gate["timed_outputs"]["start"] and all(c.release_memory for c in timed)
+    else:  # over budget: judged inside the rounds, where freeing memory would change the judge's wall time
+        assert not any(c.release_memory for c in timed)

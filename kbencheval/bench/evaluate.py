@@ -94,12 +94,12 @@ def run_pool(todo: list, prepare, devices: list[str], eval_cfg: EvalConfig, log:
     A prepare or harness failure is not a verdict: it goes to stats["harness_errors"] and a rerun
     retries it. Ctrl-C lets each worker finish its current item; everything written is kept.
     """
-    from kbencheval.eval.config import cpu_threads_per_evaluator, timing_memory_per_evaluator
+    from kbencheval.eval.config import cpu_threads_per_evaluator, device_memory_per_evaluator
     from kbencheval.eval.harness import Evaluator
 
     eval_cfg = cpu_threads_per_evaluator(eval_cfg, devices.count("cpu"))
     gpus = [d for d in devices if d != "cpu"]
-    eval_cfg = timing_memory_per_evaluator(eval_cfg, max((gpus.count(d) for d in set(gpus)), default=1))
+    eval_cfg = device_memory_per_evaluator(eval_cfg, max((gpus.count(d) for d in set(gpus)), default=1))
     work: queue.Queue = queue.Queue()
     for item in todo:
         work.put(item)

@@ -59,7 +59,10 @@ class EvalConfig:
     """Distinct fresh input sets rotated through the timed calls (at least 2, capped by timing_input_gb)."""
     timing_input_gb: float = 6.0
     """GPU memory the rotating timing inputs may take (Evaluators sharing a GPU split it:
-    `timing_memory_per_evaluator`)."""
+    `device_memory_per_evaluator`)."""
+    judge_cache_gb: float = 8.0
+    """GPU memory the judge may keep reference outputs in, per problem; outputs past it are recomputed
+    when compared (Evaluators sharing a GPU split it too)."""
     l2_flush_mb: int = 256
     seed: int | None = None
     """None: every evaluation draws its seeds from a CSPRNG (`secrets`), so no candidate can know its
@@ -82,6 +85,9 @@ class EvalConfig:
             raise ConfigError(f"timing_on_cpu needs timing_mode=trusted (got {self.timing_mode}): events need a GPU")
         if self.cpu_threads < 0:
             raise ConfigError(f"cpu_threads={self.cpu_threads}: set cpu_threads >= 0 (0: the environment's)")
+        if self.timing_input_gb <= 0 or self.judge_cache_gb < 0:
+            raise ConfigError(f"timing_input_gb={self.timing_input_gb}, judge_cache_gb={self.judge_cache_gb}: "
+                              "set timing_input_gb > 0 and judge_cache_gb >= 0")
         if self.memory_limit_gb <= 0:
             raise ConfigError(f"memory_limit_gb={self.memory_limit_gb}: set memory_limit_gb > 0")
 
@@ -105,9 +111,11 @@ def cpu_threads_per_evaluator(cfg: EvalConfig, evaluators_on_cpu: int) -> EvalCo
     return dataclasses.replace(cfg, cpu_threads=max(1, (os.cpu_count() or 1) // evaluators_on_cpu))
 
 
-def timing_memory_per_evaluator(cfg: EvalConfig, evaluators_on_device: int) -> EvalConfig:
-    """`cfg` with timing_input_gb split among the Evaluators that share one GPU: 4 Evaluators with 6 GB
-    of timing inputs each, next to their judges' reference outputs, ran an H100 out of memory."""
+def device_memory_per_evaluator(cfg: EvalConfig, evaluators_on_device: int) -> EvalConfig:
+    """`cfg` with timing_input_gb and judge_cache_gb split among the Evaluators that share one GPU: 4
+    Evaluators with 6 GB of timing inputs and 8 GB of cached reference outputs each ran an H100 out of
+    memory on the bundled suite."""
     if cfg.on_cpu or evaluators_on_device <= 1:
         return cfg
-    return dataclasses.replace(cfg, timing_input_gb=cfg.timing_input_gb / evaluators_on_device)
+    return dataclasses.replace(cfg, timing_input_gb=cfg.timing_input_gb / evaluators_on_device,
+                               judge_cache_gb=cfg.judge_cache_gb / evaluators_on_device)

@@ -155,7 +155,8 @@ class Evaluator:
         if self._judge is None:
             job_dir = tempfile.mkdtemp(prefix="judge-", dir=self._scratch)
             self._judge_dir = job_dir
-            job = JudgeJob(job_dir=job_dir, device=self.cfg.device_index).to_dict()
+            job = JudgeJob(job_dir=job_dir, device=self.cfg.device_index,
+                           cache_bytes=int(self.cfg.judge_cache_gb * 2**30)).to_dict()
             self._judge_pid, self._judge = self._spawn(job, time.monotonic() + 120)
             self.restarts["judge"] += self._judge_started
             self._judge_started = True

@@ -21,8 +21,6 @@ from kbencheval.eval.protocol import Channel, Compare, JudgeJob, OutputItem, Pre
 from kbencheval.eval.timing import Timer, measure_bandwidth_gbs
 from kbencheval.eval.transfer import import_tensors
 
-JUDGE_CACHE_BYTES = 8 << 30  # reference outputs kept per problem; others are recomputed when asked
-
 
 def default_tolerance(dtype: torch.dtype) -> float:
     return 1e-4 if dtype in (torch.float32, torch.float64) else 1e-2
@@ -44,8 +42,7 @@ def compare_tensor(i: int, r: torch.Tensor, g: torch.Tensor, tol: dict, scale_at
     atol = tol.get("atol", default_tolerance(r.dtype))
     rtol = tol.get("rtol", default_tolerance(r.dtype))
     if scale_atol:  # stress trials: the absolute tolerance follows the output's magnitude
-        finite = r[torch.isfinite(r)].double()
-        atol *= max(1.0, float(finite.square().mean().sqrt())) if finite.numel() else 1.0
+        atol *= max(1.0, _finite_rms(r.reshape(-1)))
     max_diff, n_bad, n_special = _compare_chunked(r.reshape(-1), g.reshape(-1), atol, rtol)
     stats = {f"output{i}_max_abs_diff": max_diff}
     if n_special:
@@ -54,6 +51,17 @@ def compare_tensor(i: int, r: torch.Tensor, g: torch.Tensor, tol: dict, scale_at
         return (f"output {i} mismatch: max abs diff {max_diff:.3g}, {n_bad / max(r.numel(), 1):.1%} of "
                 f"elements outside atol={atol:g} rtol={rtol:g}"), stats
     return "", stats
+
+
+def _finite_rms(r, chunk: int = 1 << 25) -> float:
+    """Root mean square of the finite elements (0 if none), in slices like _compare_chunked."""
+    total, count = 0.0, 0
+    for start in range(0, r.numel(), chunk):
+        part = r[start:start + chunk].double()
+        part = part[torch.isfinite(part)]
+        total += float(part.square().sum())
+        count += part.numel()
+    return (total / count) ** 0.5 if count else 0.0
 
 
 def _compare_chunked(r, g, atol, rtol, chunk: int = 1 << 25):
@@ -100,8 +108,8 @@ def check_items(expected: list[Trial], items: list[OutputItem]) -> str:
 
 
 class Judge:
-    def __init__(self, device: torch.device):
-        self.device = device
+    def __init__(self, device: torch.device, cache_bytes: int = 8 << 30):
+        self.device, self.cache_bytes = device, cache_bytes
         self.key = None
         self.module = self.model = None
         self.refs: dict[Trial, list] = {}
@@ -126,6 +134,7 @@ class Judge:
                    for t in out):
                 not_finite.append(trial.key)
             output_bytes = [t.numel() * t.element_size() for t in out if isinstance(t, torch.Tensor)]
+        self.release_memory()
         return {"ok": True, "device_name": device_name(self.device), "output_bytes": output_bytes,
                 "not_finite": not_finite}
 
@@ -142,24 +151,35 @@ class Judge:
             if not ok:
                 break
         sync(self.device)
+        if msg.release_memory:
+            self.release_memory()
         return {"ok": True, "results": results}
+
+    def release_memory(self) -> None:
+        """Give the allocator's free blocks back to the device: the judge lives across candidates, and
+        blocks it kept after a 1 GiB-output problem starved the other Evaluators on the GPU."""
+        if self.device.type == "cuda" and torch.cuda.memory_reserved(self.device) - \
+                torch.cuda.memory_allocated(self.device) > 256 << 20:
+            torch.cuda.empty_cache()
 
     def time_reference(self, msg: TimeReference) -> dict:
         """The reference is timed here, in a process no candidate code ever ran in."""
         key = (self.key, json.dumps(dataclasses.asdict(msg.spec), sort_keys=True))
         reply = {"ok": True}
+        if msg.bandwidth:
+            if self.bandwidth_gbs is None:
+                self.bandwidth_gbs = measure_bandwidth_gbs(self.device)
+            return {**reply, "bandwidth_gbs": self.bandwidth_gbs}
         if msg.setup:
             if self.timer_key != key:
                 model = torch.compile(self.model) if msg.spec.baseline == "compile" else self.model
                 self.timer = Timer(model, self.module, self.device, msg.spec, msg.trials[0])
                 self.timer_key = key
-            if self.bandwidth_gbs is None:
-                self.bandwidth_gbs = measure_bandwidth_gbs(self.device)
             inputs = make_inputs(self.module, msg.trials[0], self.device)
             outputs = self.reference(msg.trials[0], cache=False)
             io_bytes = sum(t.numel() * t.element_size() for t in inputs + outputs if isinstance(t, torch.Tensor))
             # The reference's graph kernels: the harness's evidence that listing them works on this device.
-            return {**reply, "mechanism": self.timer.mechanism, "bandwidth_gbs": self.bandwidth_gbs, "io_bytes": io_bytes,
+            return {**reply, "mechanism": self.timer.mechanism, "io_bytes": io_bytes,
                     "device_kernels": self.timer.device_kernels}
         times, _ = self.timer.run(msg.trials)  # copies kept and dropped: the same loop as the worker's
         return {**reply, "ref_us": times}
@@ -173,7 +193,7 @@ class Judge:
         del inputs
         sync(self.device)
         nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))  # noqa: E731
-        if cache and sum(nbytes(ts) for ts in self.refs.values()) + nbytes(out) <= JUDGE_CACHE_BYTES:
+        if cache and sum(nbytes(ts) for ts in self.refs.values()) + nbytes(out) <= self.cache_bytes:
             self.refs[trial] = out
         return out
 
@@ -184,7 +204,7 @@ def run_judge(job: JudgeJob, sock) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     pin_global_flags()
-    judge, chan = Judge(device), Channel(sock)
+    judge, chan = Judge(device, job.cache_bytes), Channel(sock)
     while True:
         try:
             msg = chan.recv()

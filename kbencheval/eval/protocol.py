@@ -95,6 +95,7 @@ class JudgeJob:
     device: str
     socket: str = ""
     memory_limit_bytes: int = 0
+    cache_bytes: int = 8 << 30  # reference outputs kept per problem (EvalConfig.judge_cache_gb)
     kind: str = "judge"
 
     def to_dict(self) -> dict:
@@ -172,16 +173,19 @@ class Compare:
     tolerance: dict
     expected: list[Trial]
     items: list[OutputItem]
+    release_memory: bool = True  # False between timing rounds, whose wall time the allocator would change
     type: str = "compare"
 
 
 @dataclasses.dataclass(kw_only=True)
 class TimeReference:
-    """Time the reference on `trials` (one fresh input set per iteration); `setup` builds the timer."""
+    """Time the reference on `trials` (one fresh input set per iteration); `setup` builds the timer;
+    `bandwidth` asks for the device's copy bandwidth (measured once per judge, with the device held)."""
 
     spec: TimingSpec
     trials: list[Trial]
     setup: bool = False
+    bandwidth: bool = False
     type: str = "time_reference"
 
 

@@ -69,11 +69,16 @@ class Session:
             self.expect(Ready)
             self.compiled = True
             with self.ev.device_share(gate_window(self.checks, "trials")):  # Triton compiles here, on first call
-                self.judge(self.ask(RunPhase(phase="trials", trials=trials)))
+                # One trial per request, judged before the next: the worker and the judge each hold one
+                # trial's tensors, not all of them (4 Evaluators ran an H100 out of memory that way).
+                for trial in trials:
+                    self.judge(self.ask(RunPhase(phase="trials", trials=[trial])))
             if not self.job.timing.enabled:
                 return EvalResult(Status.CORRECT, compiled=True, correct=True, checks=self.checks)
+            if self.job.timing.mode == "trusted":
+                return self.trusted_timing(seeds)  # holds the device alone only while it measures
             with self.ev.gate.exclusive(gate_window(self.checks, "timing")):
-                return self.trusted_timing(seeds) if self.job.timing.mode == "trusted" else self.eager_timing(seeds)
+                return self.eager_timing(seeds)
         except ProtocolError as e:
             return EvalResult(Status.REJECTED, compiled=self.compiled, checks=self.checks,
                               error=f"the worker broke the evaluation protocol: {e}")
@@ -100,43 +105,63 @@ class Session:
     def trusted_timing(self, seeds: RunSeeds) -> EvalResult:
         """Rounds (`round_sizes`), alternating the judge (reference) and the worker (candidate); fresh
         seeds per iteration drawn now; after each round one of the candidate's timed outputs, picked now,
-        goes to the judge. The candidate's event figures must agree with the harness's wall clock."""
+        goes to the judge. The candidate's event figures must agree with the harness's wall clock.
+
+        Only the rounds hold the device alone. Building the timers (capture, warm-up, one untimed pass)
+        measures nothing and shares it; the picked outputs are judged after the rounds, sharing it too,
+        unless holding them all would pass the timing memory budget."""
         spec, cfg = self.job.timing, self.ev.cfg
         rng = random.Random(seeds.timing[0].seed) if cfg.seed is not None else random.SystemRandom()
         fresh = lambda n: [Trial(seed=rng.getrandbits(62)) for _ in range(n)]  # noqa: E731
-        setup = self.ask(RunPhase(phase="timing_setup", trials=[], timing_trials=list(seeds.timing[:1])))
-        ref_setup = self.judge_timing(TimeReference(spec=spec, trials=list(seeds.timing[:1]), setup=True))
+        with self.ev.device_share(gate_window(self.checks, "timing_setup")):
+            setup = self.ask(RunPhase(phase="timing_setup", trials=[], timing_trials=list(seeds.timing[:1])))
+            ref_setup = self.judge_timing(TimeReference(spec=spec, trials=list(seeds.timing[:1]), setup=True))
         eager = self.check_device_kernels(setup, ref_setup.get("device_kernels")) == "profiler"
         times = {"ref_us": [], "new_us": []}
         rounds = self.checks["timing_rounds"] = []  # per round: wall and event seconds of both sides
-        for r, size in enumerate(round_sizes(spec.iters)):
-            trials = fresh(size)
-            order = ("ref", "new") if r % 2 == 0 else ("new", "ref")  # alternate to cancel drift
-            walls = {}
-            for name in order:
-                clock = time.monotonic()
-                if name == "ref":
-                    ref_us = self.judge_timing(TimeReference(spec=spec, trials=trials))["ref_us"]
-                else:
-                    new_us = self.ask(RunPhase(phase="time_round", trials=[], timing_trials=trials)).timing["new_us"]
-                walls[name] = time.monotonic() - clock
-            if len(new_us) != len(trials) or not all(isinstance(t, (int, float)) and t > 0 for t in new_us):
-                raise ProtocolError("timing figures that do not match the timed iterations")
-            rounds.append({"ref_wall_s": round(walls["ref"], 6), "ref_events_s": round(sum(ref_us) / 1e6, 6),
-                           "new_wall_s": round(walls["new"], 6), "new_events_s": round(sum(new_us) / 1e6, 6)})
-            times["ref_us"] += ref_us
-            times["new_us"] += new_us
-            picked = rng.choice(trials)
-            timed = self.ask(RunPhase(phase="timed_outputs", trials=[picked]))
-            if eager:  # one more call, profiled: the candidate cannot tell it from a timed one
-                self.check_device_kernels(timed)
-            self.judge(timed, where="in a timed iteration")
+        pending: list[tuple[Outputs, Trial]] = []  # picked outputs not judged yet
+        output_bytes = sum(self.job.poison_bytes) or 1
+        with self.ev.gate.exclusive(gate_window(self.checks, "timing")):
+            # The floor's yardstick: measured once per judge, with the device to itself.
+            bandwidth = self.judge_timing(TimeReference(spec=spec, trials=[], bandwidth=True))["bandwidth_gbs"]
+            for r, size in enumerate(round_sizes(spec.iters)):
+                trials = fresh(size)
+                order = ("ref", "new") if r % 2 == 0 else ("new", "ref")  # alternate to cancel drift
+                walls = {}
+                for name in order:
+                    clock = time.monotonic()
+                    if name == "ref":
+                        ref_us = self.judge_timing(TimeReference(spec=spec, trials=trials))["ref_us"]
+                    else:
+                        new_us = self.ask(RunPhase(phase="time_round", trials=[], timing_trials=trials)).timing["new_us"]
+                    walls[name] = time.monotonic() - clock
+                if len(new_us) != len(trials) or not all(isinstance(t, (int, float)) and t > 0 for t in new_us):
+                    raise ProtocolError("timing figures that do not match the timed iterations")
+                rounds.append({"ref_wall_s": round(walls["ref"], 6), "ref_events_s": round(sum(ref_us) / 1e6, 6),
+                               "new_wall_s": round(walls["new"], 6), "new_events_s": round(sum(new_us) / 1e6, 6)})
+                times["ref_us"] += ref_us
+                times["new_us"] += new_us
+                picked = rng.choice(trials)
+                timed = self.ask(RunPhase(phase="timed_outputs", trials=[picked]))
+                if eager:  # one more call, profiled: the candidate cannot tell it from a timed one
+                    self.check_device_kernels(timed)
+                pending.append((timed, picked))
+                if (len(pending) + 1) * output_bytes > spec.input_budget_bytes:
+                    self.judge_timed(pending, between_rounds=True)
+        with self.ev.device_share(gate_window(self.checks, "timed_outputs")):
+            self.judge_timed(pending, between_rounds=False)
         self.check_wall_bound(rounds)
         self.checks["timing_trust"] = (f"reference: {ref_setup['mechanism']} in the judge; candidate: "
                                        f"{setup.timing['mechanism']} in its worker, bounded by the harness's clock")
         result = correct_result(times, self.checks)
-        self.check_floor(result, ref_setup)
+        self.check_floor(result, ref_setup["io_bytes"], bandwidth)
         return result
+
+    def judge_timed(self, pending: list[tuple[Outputs, Trial]], between_rounds: bool) -> None:
+        """The judge compares each picked timed output with the reference on the same inputs."""
+        while pending:
+            timed, picked = pending.pop(0)
+            self.judge(timed, expected=[picked], where="in a timed iteration", release_memory=not between_rounds)
 
     def check_device_kernels(self, reply: Outputs, reference: dict | None = None) -> str:
         """The kernels the worker lists for its timed work must be its own or allowed by the problem
@@ -195,16 +220,15 @@ class Session:
                 f"{r['new_wall_s'] * 1e3:.3f} ms (the same loop around the reference: {overhead_s * 1e3:.3f} ms "
                 "besides the reference's own time)")))
 
-    def check_floor(self, result: EvalResult, ref_setup: dict) -> None:
+    def check_floor(self, result: EvalResult, io_bytes: int, bandwidth: float) -> None:
         """No kernel moves its inputs and outputs faster than the device's measured bandwidth."""
-        bandwidth = ref_setup.get("bandwidth_gbs") or 0.0
         if not bandwidth or result.runtime_us is None:
             return
-        floor_us = ref_setup["io_bytes"] / (bandwidth * 1e9) * 1e6
+        floor_us = io_bytes / (bandwidth * 1e9) * 1e6
         self.checks["physical_floor_us"] = round(floor_us, 3)
         if result.runtime_us < FLOOR_FRACTION * floor_us:
             raise _Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=(
-                f"a median time of {result.runtime_us:.2f} µs is below the physical floor: {ref_setup['io_bytes']} "
+                f"a median time of {result.runtime_us:.2f} µs is below the physical floor: {io_bytes} "
                 f"bytes of inputs and outputs at the measured {bandwidth:.0f} GB/s take {floor_us:.2f} µs")))
 
     def ask(self, request: RunPhase) -> Outputs:
@@ -235,11 +259,12 @@ class Session:
             raise ProtocolError(f"expected {cls.__name__}{f' for phase {phase}' if phase else ''}, got {got}")
         return msg
 
-    def judge(self, outputs: Outputs, expected: list[Trial] | None = None, where: str = "in a correctness trial"):
+    def judge(self, outputs: Outputs, expected: list[Trial] | None = None, where: str = "in a correctness trial",
+              release_memory: bool = True):
         """The judge compares; it also refuses items other than exactly those requested."""
         expected = self.requested if expected is None else expected
         reply = self.ev._judge_call(Compare(job_dir=self.job.job_dir, phase=outputs.phase, tolerance=self.tolerance,
-                                            expected=expected, items=outputs.items))
+                                            expected=expected, items=outputs.items, release_memory=release_memory))
         if not reply.get("ok"):
             raise _Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=True, checks=self.checks,
                                       error=f"could not read the candidate's outputs: {reply.get('error')}"))

@@ -42,6 +42,7 @@ class CandidateWorker:
         self.model = None
         self.timer, self.timed_outputs = None, {}
         self.profiler_warm = False
+        self.exports = 0  # names each exported output file uniquely
         # Last: from here on the candidate's own code may run. Fresh imports of kbencheval are denied,
         # and none of its modules stays in sys.modules for an `import` to find, except the Triton cache
         # manager, which Triton itself imports by name at its first GPU compile (TRITON_CACHE_MANAGER).
@@ -111,8 +112,11 @@ class CandidateWorker:
     def run_trials(self, request: RunPhase, prefix: str = "") -> bool:
         """Run each requested trial once; export every output for the judge."""
         clock = time.perf_counter()
+        if self.device.type == "cuda":
+            torch.cuda.ipc_collect()  # outputs of earlier requests, once the judge has let go of them
         items = []
-        for k, trial in enumerate(request.trials):
+        for trial in request.trials:
+            self.exports += 1
             try:
                 inputs = make_inputs(self.module, trial, self.device)
                 poison(self.device, self.job.poison_bytes)
@@ -124,9 +128,10 @@ class CandidateWorker:
                 return self.fail(status, prefix + short_error(e, self.job.candidate_file), trial.key)
             if violation:
                 return self.fail(Status.REJECTED, prefix + violation, trial.key)
-            desc = export_tensors(outs, self.job.job_dir, f"{request.phase}{k}")
+            desc = export_tensors(outs, self.job.job_dir, f"{request.phase}{self.exports}")
             items.append(OutputItem(trial=trial, desc=desc))
-        self.checks["phases_s"][f"{request.phase}_s"] = time.perf_counter() - clock
+        phases = self.checks["phases_s"]  # trials come one request each: their times add up
+        phases[f"{request.phase}_s"] = phases.get(f"{request.phase}_s", 0.0) + time.perf_counter() - clock
         self.chan.send(Outputs(phase=request.phase, items=items, checks=self.checks))
         return True
 
@@ -219,8 +224,12 @@ class CandidateWorker:
         if violation := self.tripwires.process_violation() or \
                 ("a kernel was launched on a side stream" if self.tracker.stream_violations else None):
             return self.fail(Status.REJECTED, "during timing: " + violation)
-        items = [OutputItem(trial=t, desc=export_tensors(self.timed_outputs[t], self.job.job_dir, f"timed{k}"))
-                 for k, t in enumerate(request.trials) if t in self.timed_outputs]
+        items = []
+        for t in request.trials:  # the judge may read them after later rounds: every file has its own name
+            if t in self.timed_outputs:
+                self.exports += 1
+                items.append(OutputItem(trial=t, desc=export_tensors(self.timed_outputs[t], self.job.job_dir,
+                                                                     f"timed{self.exports}")))
         self.timed_outputs = {}
         timing = None
         if self.device.type == "cuda" and self.timer.graph is None:

@@ -32,10 +32,10 @@ class EvalWorker:
     def __init__(self, eval_cfg: EvalConfig, evaluators: int = 1):
         if eval_cfg.on_cpu:
             os.environ["TRITON_INTERPRET"] = "1"  # Triton kernels run under the interpreter on CPU
-        from kbencheval.eval.config import timing_memory_per_evaluator
+        from kbencheval.eval.config import device_memory_per_evaluator
         from kbencheval.eval.harness import Evaluator
 
-        self.evaluators = [Evaluator(timing_memory_per_evaluator(eval_cfg, evaluators)) for _ in range(evaluators)]
+        self.evaluators = [Evaluator(device_memory_per_evaluator(eval_cfg, evaluators)) for _ in range(evaluators)]
         self.free: queue.Queue = queue.Queue()
         for evaluator in self.evaluators:
             self.free.put(evaluator)
