@@ -36,6 +36,32 @@ def test_shared_holders_overlap_and_the_exclusive_one_is_alone(tmp_path):
     assert windows["timing"]["wait_s"] > 0.1  # it waited for the checks already inside
 
 
+def test_large_candidates_take_turns_while_correctness_work_still_shares(tmp_path):
+    gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
+    windows = {}
+
+    def large(name, delay):
+        time.sleep(delay)
+        windows[name] = {}
+        with gate.large(windows[name]):
+            with gate.shared(windows.setdefault(name + "_trials", {})):
+                time.sleep(0.2)
+
+    def small():
+        time.sleep(0.05)
+        with gate.shared(windows.setdefault("small", {})):
+            time.sleep(0.1)
+
+    threads = [threading.Thread(target=large, args=("a", 0.0)), threading.Thread(target=large, args=("b", 0.02)),
+               threading.Thread(target=small)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not _overlap(windows["a"], windows["b"]) and windows["b"]["wait_s"] > 0.1  # one large at a time
+    assert _overlap(windows["small"], windows["a_trials"])  # a small candidate's work runs beside a large one
+
+
 def test_a_waiting_timer_is_not_starved_by_a_stream_of_checks(tmp_path):
     gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
     stop = time.monotonic() + 3.0

@@ -12,6 +12,10 @@ after the physical device, so it holds across threads and processes (several Ray
 GPU, two `kbench eval` runs). Timing waits for the work already inside, and new shared work waits
 behind a waiting timer (a turnstile), so timing is never starved by a stream of correctness trials.
 Only trusted harness code takes the gate; candidates never see its files.
+
+A third lock, `large()`, admits one large candidate at a time (one whose trial tensors pass its
+Evaluator's share of device memory): its phases still share the device with small candidates, but
+two large ones at once, each with its judge, ran an H100 out of memory.
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ class DeviceGate:
     def __init__(self, device: str, lock_dir: str | None = None):
         root = Path(lock_dir) if lock_dir else gate_dir()
         key = physical_device_key(device)
-        self.paths = {"turnstile": root / f"{key}.turnstile", "device": root / f"{key}.lock"}
+        self.paths = {"turnstile": root / f"{key}.turnstile", "device": root / f"{key}.lock",
+                      "large": root / f"{key}.large"}
         for path in self.paths.values():
             path.touch(mode=0o600, exist_ok=True)
 
@@ -92,3 +97,19 @@ class DeviceGate:
     def exclusive(self, waited: dict | None = None):
         """Timing: waits until the device is ours alone."""
         return self._hold(fcntl.LOCK_EX, waited)
+
+    @contextlib.contextmanager
+    def large(self, waited: dict | None = None):
+        """Held for a large candidate's whole evaluation: at most one on the device at a time."""
+        t0 = time.monotonic()
+        fd = self._open("large")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if waited is not None:
+                waited["wait_s"], waited["start"] = round(time.monotonic() - t0, 4), time.monotonic()
+            yield
+        finally:
+            if waited is not None and "start" in waited:
+                waited["end"] = time.monotonic()
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)

@@ -245,7 +245,13 @@ class Evaluator:
         # Stress trials count only where the reference stays finite.
         trials = [t for t in trials if not t.stress or t.key not in prep["not_finite"]]
         checks["stress_trials"] = [t.stress for t in trials if t.stress]
-        return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep["output_bytes"], checks)
+        trial_bytes = sum(prep["output_bytes"]) + prep.get("input_bytes", 0)
+        if cfg.on_cpu or trial_bytes <= cfg.timing_input_gb * 2**30:
+            return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep["output_bytes"], checks)
+        # A large candidate (one trial's tensors past this Evaluator's share of device memory) waits for
+        # any other large one on the device to finish; small ones still run beside it.
+        with self.gate.large(gate_window(checks, "large")):
+            return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep["output_bytes"], checks)
 
     def _run_candidate(self, problem, code, backend, seeds, sizes, trials, output_bytes, checks) -> EvalResult:
         cfg = self.cfg

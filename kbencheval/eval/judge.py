@@ -115,6 +115,7 @@ class Judge:
         self.refs: dict[Trial, list] = {}
         self.timer, self.timer_key = None, None
         self.bandwidth_gbs = None
+        self.input_bytes = 0  # of the last trial computed (every trial of a problem has the same shapes)
 
     def prepare(self, msg: Prepare) -> dict:
         key = (msg.problem_source, json.dumps(msg.sizes, sort_keys=True), json.dumps(msg.model_seeds, sort_keys=True))
@@ -136,7 +137,7 @@ class Judge:
             output_bytes = [t.numel() * t.element_size() for t in out if isinstance(t, torch.Tensor)]
         self.release_memory()
         return {"ok": True, "device_name": device_name(self.device), "output_bytes": output_bytes,
-                "not_finite": not_finite}
+                "input_bytes": self.input_bytes, "not_finite": not_finite}
 
     def compare(self, msg: Compare) -> dict:
         if wrong := check_items(msg.expected, msg.items):
@@ -188,6 +189,7 @@ class Judge:
         if trial in self.refs:
             return self.refs[trial]
         inputs = make_inputs(self.module, trial, self.device)
+        self.input_bytes = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
         with torch.no_grad():
             out = [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in as_tensor_list(self.model(*inputs))]
         del inputs

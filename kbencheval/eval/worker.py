@@ -132,6 +132,9 @@ class CandidateWorker:
             items.append(OutputItem(trial=trial, desc=desc))
         phases = self.checks["phases_s"]  # trials come one request each: their times add up
         phases[f"{request.phase}_s"] = phases.get(f"{request.phase}_s", 0.0) + time.perf_counter() - clock
+        if self.device.type == "cuda" and torch.cuda.memory_reserved(self.device) - \
+                torch.cuda.memory_allocated(self.device) > 1 << 30:
+            torch.cuda.empty_cache()  # this worker may wait for the timing gate next: not on idle memory
         self.chan.send(Outputs(phase=request.phase, items=items, checks=self.checks))
         return True
 
