@@ -1,13 +1,13 @@
 """One rank of the CPU equivalence test (tests/test_megatron_backend_cpu.py): MegatronTrainBackend vs
 TorchTrainBackend in fp32 on the same tiny Qwen3, step for step.
 
-    python tests/megatron_backend_cpu_worker.py MODEL_DIR OUT_JSON RANK WORLD PORT TP CP
+    python tests/megatron_backend_cpu_worker.py MODEL_DIR OUT_JSON RANK WORLD PORT TP CP DISTOPT
 
 Megatron-core's training path hard-codes CUDA in a handful of places (RoPE frequencies, the
-schedule's token counter, the optimizer's scale tensor, a grad-type assert in clipping). This
-process, and only it, points those at the CPU so that the real backend code (schedule, DDP,
-optimizer, vocab-parallel losses, export, dist_checkpointing) runs over gloo. The distributed
-optimizer insists on CUDA tensors, so it is off here; the GPU tests cover it.
+schedule's token counter, the optimizer's scale tensor, a grad-type assert in clipping, the
+optimizers' check that parameters are CUDA tensors). This process, and only it, points those at
+the CPU so that the real backend code (schedule, DDP, optimizer, distributed optimizer with
+DISTOPT=1, vocab-parallel losses, export, dist_checkpointing) runs over gloo.
 """
 
 from __future__ import annotations
@@ -34,6 +34,13 @@ def _cuda_calls_to_cpu() -> None:
     torch.cuda.current_device = lambda: "cpu"
     torch.cuda.synchronize = lambda *args, **kwargs: None
     torch.Tensor.cuda = lambda self, *args, **kwargs: self
+    tensor_type = torch.Tensor.type
+
+    def cuda_type_name(self, *args, **kwargs):  # the optimizers accept only torch.cuda.*Tensor parameters
+        name = tensor_type(self, *args, **kwargs)
+        return name.replace("torch.", "torch.cuda.", 1) if not (args or kwargs or ".cuda." in name) else name
+
+    torch.Tensor.type = cuda_type_name
 
     import megatron.core.optimizer.optimizer as optimizer_module
     from megatron.core import tensor_parallel
@@ -83,7 +90,7 @@ def _grad_mismatches(m, t) -> list[str]:
     return bad
 
 
-def main(model_dir: str, out_json: str, rank: int, world: int, port: int, tp: int, cp: int) -> None:
+def main(model_dir: str, out_json: str, rank: int, world: int, port: int, tp: int, cp: int, distopt: int) -> None:
     import torch.distributed as dist
 
     from smart.backends.megatron.config import MegatronTrainConfig
@@ -99,14 +106,15 @@ def main(model_dir: str, out_json: str, rank: int, world: int, port: int, tp: in
 
     backend_module._cuda_device = lambda: torch.device("cpu")
     backend_module.make_bridge = lambda *a, **k: bridge_module.make_bridge(*a, use_cpu_initialization=True, **k)
-    m = backend_module.MegatronTrainBackend(MegatronTrainConfig(**knobs, tp=tp, cp=cp, distributed_optimizer=False))
+    layout = dict(tp=tp, cp=cp, distributed_optimizer=bool(distopt))
+    m = backend_module.MegatronTrainBackend(MegatronTrainConfig(**knobs, **layout))
     samples = _samples()
     found: dict = {"logprobs": [t.compute_logprobs(samples), m.compute_logprobs(samples)], "sft": []}
     for step in range(3):
         a, b = t.train_sft(samples), m.train_sft(samples)
         found["sft"].append([a["loss"], b["loss"], a["grad_norm"], b["grad_norm"]])
-        if step == 0:
-            found["grad_mismatches"] = _grad_mismatches(m, t)
+        if step == 0:  # a distributed optimizer's rank holds only its shard of the summed gradient
+            found["grad_mismatches"] = [] if distopt else _grad_mismatches(m, t)
     adv = [1.0, -1.0, 0.5, -0.5, 2.0, -2.0]
     a, b = t.train_step(samples, adv), m.train_step(samples, adv)
     found["grpo"] = {k: [a[k], b[k]] for k in ("loss", "pg_loss", "ratio_mean", "entropy", "grad_norm")}
@@ -115,14 +123,15 @@ def main(model_dir: str, out_json: str, rank: int, world: int, port: int, tp: in
         found["weights_max_delta"] = max((synced[k] - reference[k]).abs().max().item() for k in reference)
         found["weight_keys_equal"] = set(synced) == set(reference)
     m.save_checkpoint(Path(out_json).parent / "ckpt")
-    loss_after = m.train_sft(samples)["loss"]
-    resumed = backend_module.MegatronTrainBackend(MegatronTrainConfig(**knobs, tp=tp, cp=cp, distributed_optimizer=False))
+    # Two steps after the save: the second one's loss depends on the restored Adam state too.
+    continued = [m.train_sft(samples)["loss"] for _ in range(2)]
+    resumed = backend_module.MegatronTrainBackend(MegatronTrainConfig(**knobs, **layout))
     resumed.load_checkpoint(Path(out_json).parent / "ckpt")
-    found["resume"] = [resumed.step, loss_after, resumed.train_sft(samples)["loss"]]
+    found["resume"] = [resumed.step, continued, [resumed.train_sft(samples)["loss"] for _ in range(2)]]
     if rank == 0:
         Path(out_json).write_text(json.dumps(found))
     dist.barrier()
 
 
 if __name__ == "__main__":  # dist_checkpointing spawns helpers that re-import this file: keep the guard
-    main(sys.argv[1], sys.argv[2], *map(int, sys.argv[3:8]))
+    main(sys.argv[1], sys.argv[2], *map(int, sys.argv[3:9]))

@@ -1,11 +1,11 @@
 """One rank of the CPU conversion test (tests/test_megatron_convert.py starts WORLD of these over gloo).
 
-    python tests/megatron_convert_worker.py MODEL_DIR OUT_JSON RANK WORLD PORT [tp|cp]
+    python tests/megatron_convert_worker.py MODEL_DIR OUT_JSON RANK WORLD PORT [tp|cp] [fp32|bf16]
 
-With WORLD ranks as tensor-parallel (or context-parallel) ranks it builds this rank's GPTModel (local spec, fp32),
-fills every parameter with NaN, loads the HF weights through the patched mbridge (so a parameter the
-name map misses stays NaN), exports back to HF names, and runs a forward on the shard. Rank 0 writes
-what it found to OUT_JSON; the test compares against the HF model.
+With WORLD ranks as tensor-parallel (or context-parallel) ranks it builds this rank's GPTModel (local spec,
+fp32 unless told bf16), fills every parameter with NaN, loads the HF weights through the patched mbridge
+(so a parameter the name map misses stays NaN), exports back to HF names, and runs a forward on the
+shard. Rank 0 writes what it found to OUT_JSON; the test compares against the HF model.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 
 
-def main(model_dir: str, out_json: str, rank: int, world: int, port: int, layout: str = "tp") -> None:
+def main(model_dir: str, out_json: str, rank: int, world: int, port: int, layout: str = "tp",
+         dtype_name: str = "fp32") -> None:
     # Megatron's RoPE moves its frequencies to torch.cuda.current_device() (and, under CP, its chunk
     # index through pinned memory and .cuda()); on a CPU-only machine those are the forward's only CUDA
     # calls, so point them at the CPU (this process only).
@@ -38,7 +39,8 @@ def main(model_dir: str, out_json: str, rank: int, world: int, port: int, layout
 
     tp, cp = (world, 1) if layout == "tp" else (1, world)
     ps.initialize_model_parallel(tensor_model_parallel_size=tp, context_parallel_size=cp)
-    bridge = make_bridge(model_dir, torch.float32, make_vocab_size_divisible_by=128 * tp,
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    bridge = make_bridge(model_dir, dtype, make_vocab_size_divisible_by=128 * tp,
                          use_cpu_initialization=True)
     model = build_model(bridge, "cpu")
     with torch.no_grad():
@@ -49,8 +51,10 @@ def main(model_dir: str, out_json: str, rank: int, world: int, port: int, layout
     shards = {n: list(p.shape) for n, p in model.named_parameters()}
 
     exported = {k: v.clone() for k, v in bridge.export_weights([model])}
-    hf = load_file(str(Path(model_dir) / "model.safetensors"))
-    mismatched = sorted(k for k in hf if k not in exported or not torch.equal(hf[k], exported[k]))
+    # Loading casts the HF weights to the bridge's dtype: the export must give back exactly that, in that dtype.
+    hf = {k: v.to(dtype) for k, v in load_file(str(Path(model_dir) / "model.safetensors")).items()}
+    mismatched = sorted(k for k in hf if k not in exported or exported[k].dtype != dtype
+                        or not torch.equal(hf[k], exported[k]))
 
     torch.manual_seed(0)
     ids = torch.randint(0, bridge.vocab_size, (2, 12))  # 12 splits into 2 * cp chunks
@@ -66,6 +70,7 @@ def main(model_dir: str, out_json: str, rank: int, world: int, port: int, layout
     if rank == 0:
         Path(out_json).write_text(json.dumps({
             "unloaded": unloaded, "shards": shards, "mismatched": mismatched,
+            "dtypes": sorted({str(p.dtype) for p in model.parameters()}),
             "missing": sorted(set(hf) - set(exported)), "extra": sorted(set(exported) - set(hf)),
             "ids": ids.tolist(), "logprobs": logprobs[:, :-1].tolist(), "entropy": entropy.tolist(),
         }))

@@ -6,7 +6,8 @@ Each case runs tests/megatron_backend_cpu_worker.py on WORLD processes: the torc
 plain process beside the Megatron backend's ranks, same tiny Qwen3, same samples (6 of them, in
 several micro-batches). Checked: response logprobs; three SFT steps' losses and gradient norms;
 every parameter's gradient after the first step; one GRPO step (train_step); the weights after
-those four Adam steps, gathered to HF names; a dist_checkpointing save + load continuing the same loss.
+those four Adam steps, gathered to HF names; a dist_checkpointing save + load continuing the same
+two losses (the second one needs the restored Adam state), with and without the distributed optimizer.
 Megatron's hard-coded CUDA calls are pointed at the CPU inside the worker (see its docstring).
 """
 
@@ -39,11 +40,12 @@ def model_dir(tmp_path_factory) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world,tp,cp", [(1, 1, 1), (2, 2, 1), (2, 1, 2), (2, 1, 1)], ids=["one", "tp2", "cp2", "dp2"])
-def test_megatron_backend_matches_torch_backend(model_dir, tmp_path, world, tp, cp):
+@pytest.mark.parametrize("world,tp,cp,distopt", [(1, 1, 1, 0), (2, 2, 1, 0), (2, 1, 2, 0), (2, 1, 1, 0), (2, 1, 1, 1)],
+                         ids=["one", "tp2", "cp2", "dp2", "dp2-distopt"])
+def test_megatron_backend_matches_torch_backend(model_dir, tmp_path, world, tp, cp, distopt):
     out, port = tmp_path / "found.json", free_port()
     procs = [subprocess.Popen([sys.executable, str(WORKER), model_dir, str(out), str(r), str(world), str(port), str(tp),
-                               str(cp)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               str(cp), str(distopt)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(world)]
     logs = [p.communicate(timeout=600)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), "\n".join(log[-4000:] for log in logs)
@@ -56,5 +58,5 @@ def test_megatron_backend_matches_torch_backend(model_dir, tmp_path, world, tp, 
     for key, (value_t, value_m) in found["grpo"].items():
         assert value_m == pytest.approx(value_t, rel=1e-5, abs=1e-6), key
     assert found["weight_keys_equal"] and found["weights_max_delta"] < 1e-4
-    step, loss_continued, loss_resumed = found["resume"]
-    assert step == 4 and loss_resumed == pytest.approx(loss_continued, rel=1e-6)
+    step, losses_continued, losses_resumed = found["resume"]
+    assert step == 4 and losses_resumed == pytest.approx(losses_continued, rel=1e-6)

@@ -52,9 +52,10 @@ def families(tmp_path_factory):
     }
 
 
-def _run_ranks(model_dir: str, world: int, tmp_path: Path, layout: str = "tp") -> dict:
-    out, port = tmp_path / f"{layout}{world}.json", free_port()
-    procs = [subprocess.Popen([sys.executable, str(WORKER), model_dir, str(out), str(r), str(world), str(port), layout],
+def _run_ranks(model_dir: str, world: int, tmp_path: Path, layout: str = "tp", dtype: str = "fp32") -> dict:
+    out, port = tmp_path / f"{layout}{world}{dtype}.json", free_port()
+    procs = [subprocess.Popen([sys.executable, str(WORKER), model_dir, str(out), str(r), str(world), str(port), layout,
+                               dtype],
                               env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(world)]
     logs = [p.communicate(timeout=300)[0] for p in procs]
@@ -110,6 +111,15 @@ def test_context_parallel_two_ranks_match_hf(families, tmp_path):
     found = _run_ranks(families["qwen3_tied"], 2, tmp_path, layout="cp")
     assert found["unloaded"] == [] and found["mismatched"] == []
     _assert_matches_hf(families["qwen3_tied"], found)
+
+
+def test_bf16_model_holds_and_exports_only_bf16_weights(families, tmp_path):
+    """Norms included: the local spec's torch norms come out fp32 unless build_model casts them, and then
+    state_dict_for_sync gave fp32 norms while export_hf wrote them as bf16 (bridge.py note 7)."""
+    found = _run_ranks(families["qwen3_tied"], 1, tmp_path, dtype="bf16")
+    assert found["dtypes"] == ["torch.bfloat16"]
+    assert found["unloaded"] == [] and found["missing"] == [] and found["extra"] == []
+    assert found["mismatched"] == [], f"not the HF weights cast to bf16, in bf16: {found['mismatched']}"
 
 
 def test_tied_bridge_does_not_leak_into_untied(families):

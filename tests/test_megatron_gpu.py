@@ -150,9 +150,13 @@ def test_export_hf_loads_in_transformers_with_the_trainers_weights(qwen3_dir, tm
     mg.train_sft(samples)
     synced = mg.state_dict_for_sync()
     folder = mg.export_hf(tmp_path / "hf")
-    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
-    assert set(hf.state_dict()) == set(synced)
-    assert all(torch.equal(hf.state_dict()[k], v) for k, v in synced.items())
+    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).state_dict()
+    assert set(loaded) == set(synced), f"only synced {set(synced) - set(loaded)}, only exported {set(loaded) - set(synced)}"
+    for k, v in synced.items():  # the same dtype too: torch.equal alone would compare an fp32 tensor as promoted
+        h = loaded[k]
+        diff = (h.float() - v.float()).abs().max().item() if h.shape == v.shape else float("nan")
+        assert v.dtype == h.dtype and torch.equal(h, v), (
+            f"{k}: synced {v.dtype} {tuple(v.shape)} vs exported {h.dtype} {tuple(h.shape)}, max |diff| {diff:.3g}")
     trained = TorchTrainBackend(TrainConfig(model_path=str(folder), dtype="bf16")).compute_logprobs(samples)
     d = _deltas(trained, mg.compute_logprobs(samples))
     assert d.mean() < 0.02, d.mean()

@@ -7,5 +7,6 @@ trainer backend.MegatronTrainBackend, with TorchTrainBackend's surface (train_st
 compute_logprobs, train_sft, train_grpo, state_dict_for_sync, weights_version, save_checkpoint,
 load_checkpoint, export_hf), so the Ray layer and the drivers name neither. Hugging Face <->
 Megatron conversion goes through mbridge (bridge.py lists what it lacks and what is patched
-around). This file and config.py import no megatron-core, so reading a config needs none.
+around); checkpoint.py says what dist_checkpointing needs around the distributed optimizer. This
+file and config.py import no megatron-core, so reading a config needs none.
 """

@@ -43,6 +43,7 @@ from smart.algo import aggregate, grpo_loss
 from smart.backends import logprob_mismatch
 from smart.backends.megatron.attention import cp_chunk_positions, gather_cp
 from smart.backends.megatron.bridge import build_model, make_bridge
+from smart.backends.megatron.checkpoint import load_optimizer_state, prepare_optimizer_for_load, sharded_state
 from smart.backends.megatron.config import MegatronTrainConfig
 from smart.backends.megatron.vocab_parallel import vocab_parallel_entropy, vocab_parallel_logprobs
 from smart.backends.torch.batching import MicroBatch, build_micro_batch, pack_micro_batches
@@ -363,8 +364,7 @@ class MegatronTrainBackend:
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def _sharded_state(self, loading: bool) -> dict:
-        model_sd = self._unwrapped().sharded_state_dict()
-        return {"model": model_sd, "optimizer": self.optimizer.sharded_state_dict(model_sd, is_loading=loading)}
+        return sharded_state(self._unwrapped(), self.optimizer, loading)
 
     def save_checkpoint(self, path: str | Path) -> Path:
         """Model + optimizer through megatron.core.dist_checkpointing (each rank writes its shards) + step."""
@@ -387,9 +387,10 @@ class MegatronTrainBackend:
         if not (path / "trainer.pt").is_file() or not (path / "state").is_dir():
             raise ValueError(f"{path} is not a trainer checkpoint (no trainer.pt and state/); "
                              "pass a folder written by save_checkpoint")
+        prepare_optimizer_for_load(self.model, self.optimizer)
         state = dist_checkpointing.load(self._sharded_state(loading=True), str(path / "state"))
         self._unwrapped().load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         self.step = int(torch.load(path / "trainer.pt", weights_only=True)["step"])
 
 

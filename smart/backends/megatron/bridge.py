@@ -21,6 +21,11 @@ gate/up layouts and the TP split/merge. What it lacks, and the least code around
 5. It turns sequence parallel on for tp > 1, which the local spec's torch norms refuse; off here.
 6. Its `get_model` calls `.cuda()` unconditionally; `build_model` calls the provider directly and
    moves the model where it is told (CPU in the conversion tests).
+7. Megatron's (and mbridge's) get_model wraps the model in Float16Module, which casts it to bf16; the
+   local spec's torch norms ignore params_dtype and stay fp32 without it. `build_model` casts every
+   parameter to the bridge's dtype instead, so the weights trained, synced and exported are all bf16
+   (fp32 norms synced as fp32 but exported as bf16 made export_hf differ from state_dict_for_sync,
+   and the non-distributed bf16 optimizer's checkpoint lost track of them).
 """
 
 from __future__ import annotations
@@ -124,4 +129,6 @@ def build_model(bridge, device: torch.device | str, pre_process: bool = True, po
     model = bridge._model_provider([])(pre_process=pre_process, post_process=post_process)
     for param in model.parameters():
         tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(param)
-    return model.to(device)
+    # The local spec's torch norms (torch.nn.RMSNorm) ignore params_dtype and come out fp32; Megatron's
+    # get_model casts them in Float16Module, skipped here (note 7).
+    return model.to(device=device, dtype=bridge.dtype)
