@@ -8,12 +8,14 @@ and distributed, side by side in one run on one random model.
 A random Qwen3 of the given size is built (scripts/make_tiny_model.py), a `kbench serve` process serves it,
 and a one-rank torch trainer (smart.ray.actor_group.TrainGroup) holds the same weights. Each repeat is one
 sync exactly as smart.rollout.engines.sync_weights does it: the mode's WeightSink packs (disk: export_hf
-to a folder; tensor: rank 0's state dict into the object store; distributed: rank 0 stages it), the
-SGLang engine actor pushes (disk: the server loads the folder; tensor: serialized buckets over HTTP;
-distributed: names over HTTP, tensors broadcast over a group), then the sink releases. The first
-repeat is reported apart (it forms the distributed group, and warms caches) and left out of the median.
-Reported per mode: median seconds (min-max), and seconds per GB and GB/s of what that mode moves (its
-payload: on a GPU disk and distributed send the bf16 compute dtype, tensor the fp32 master weights).
+to a folder; tensor and distributed: rank 0 stages its state dict in the compute dtype), the SGLang engine
+actor pushes (disk: the server loads the folder; tensor: per bucket a payload from rank 0 POSTed to
+/update_weights_from_tensor; distributed: names over HTTP, tensors broadcast over a group), then the sink
+releases. `tensor` picks its transport as a run does (here, server and trainer on one host: cuda_ipc
+when the trainer has a GPU, else shm); `tensor-bytes` forces the by-value fallback used across hosts.
+The first repeat is reported apart (it forms the distributed group, and warms caches) and left out of
+the median. Reported per mode: median seconds (min-max), and seconds per GB and GB/s of what that mode
+moves (its payload: the compute dtype, bf16 on a GPU, fp32 on CPU), and how tensor payloads travelled.
 
 --device cuda puts the trainer (a Ray actor with one GPU) and the server (`kbench serve --device cuda`,
 bf16, started with the trainer's CUDA_VISIBLE_DEVICES) on the same GPU, as a colocated one-GPU run has
@@ -41,17 +43,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-MODES = ("disk", "tensor", "distributed")
+MODES = ("disk", "tensor", "tensor-bytes", "distributed")
 
 
-def sync_times(mode: str, cfg, trainer, url: str, model: str, repeats: int, group_backend: str) -> tuple[list, object]:
-    """Seconds per sync, and the last sync's packed weights (to measure the payload)."""
+def sync_times(mode: str, cfg, trainer, url: str, model: str, repeats: int, group_backend: str) -> tuple[list, object, str]:
+    """Seconds per sync, the last sync's packed weights (to measure the payload) and how they travelled."""
     import ray
 
-    from smart.rollout.engines.sglang import KIND, SGLangEngineActor, _bucket_bytes
+    from smart.rollout.engines.sglang import KIND, SGLangEngineActor
 
-    cfg.rollout.sglang_weight_sync = mode
-    engine = SGLangEngineActor.remote(url, model, 600.0, weight_sync=mode, bucket_bytes=_bucket_bytes(cfg.rollout))
+    sync = cfg.rollout.sglang_weight_sync = mode.split("-")[0]
+    transport = mode.split("-")[1] if "-" in mode else "auto"
+    engine = SGLangEngineActor.remote(url, model, 600.0, weight_sync=sync, tensor_transport=transport)
     times, packed = [], None
     try:
         ray.get(engine.weights_version.remote(), timeout=120)  # the actor is up: its start is not a sync
@@ -59,32 +62,32 @@ def sync_times(mode: str, cfg, trainer, url: str, model: str, repeats: int, grou
             t0 = time.perf_counter()
             sink = KIND.weights_sink(cfg)
             packed = sink.pack(trainer, version)
-            if mode == "distributed" and group_backend:  # the library would pick nccl for a GPU trainer
+            if sync == "distributed" and group_backend:  # the library would pick nccl for a GPU trainer
                 packed = dataclasses.replace(packed, backend=group_backend)
             if ray.get(engine.push.remote(packed, version), timeout=900) != version:
                 raise RuntimeError(f"{mode}: the engine did not report version {version}")
             sink.release(version)
             times.append(time.perf_counter() - t0)
+        travelled = ray.get(engine.weight_transport.remote(), timeout=60)
     finally:
         ray.get(engine.close.remote(), timeout=60)
         ray.kill(engine)
-    return times, packed
+    return times, packed, travelled
 
 
-def payload(mode: str, packed, state_gb: float, state_dtype: str) -> dict:
+def payload(mode: str, packed, travelled: str) -> dict:
     """What one sync of this mode moves: GB and dtype (the engine's model casts to its own dtype on load)."""
     if mode == "disk":  # the folder of the last version stays until the next sync
         folder = Path(packed)
         gb = sum(f.stat().st_size for f in folder.glob("*.safetensors")) / 1e9
         return {"payload_gb": gb, "payload_dtype": json.loads((folder / "config.json").read_text()).get("dtype", "?")}
-    if mode == "distributed":
-        from kbencheval.llm.weight_transfer import parse_dtype
+    from kbencheval.llm.weight_transfer import parse_dtype
 
-        specs = [spec for bucket in packed.buckets for spec in bucket]
-        gb = sum(parse_dtype(d).itemsize * math.prod(shape) for _, d, shape in specs) / 1e9
-        dtypes = ",".join(sorted({d for _, d, _ in specs}))
-        return {"payload_gb": gb, "payload_dtype": dtypes, "group_backend": packed.backend}
-    return {"payload_gb": state_gb, "payload_dtype": state_dtype}  # tensor: the very state dict weights_ref gives
+    specs = [spec for bucket in packed.buckets for spec in bucket]  # tensor and distributed: rank 0's staged plan
+    gb = sum(parse_dtype(d).itemsize * math.prod(shape) for _, d, shape in specs) / 1e9
+    dtypes = ",".join(sorted({d for _, d, _ in specs}))
+    extra = {"group_backend": packed.backend} if mode == "distributed" else {"transport": travelled}
+    return {"payload_gb": gb, "payload_dtype": dtypes, "buckets": len(packed.buckets), **extra}
 
 
 def row(mode: str, times: list[float], load: dict) -> dict:
@@ -154,8 +157,9 @@ def run(args) -> dict:
             cfg.rollout.sglang_urls = [served.url]
             for mode in args.modes:
                 try:
-                    times, packed = sync_times(mode, cfg, trainer, served.url, model, args.repeats, group_backend)
-                    result["rows"].append(row(mode, times, payload(mode, packed, gb, dtype)))
+                    times, packed, travelled = sync_times(mode, cfg, trainer, served.url, model, args.repeats,
+                                                          group_backend)
+                    result["rows"].append(row(mode, times, payload(mode, packed, travelled)))
                 except Exception as exc:  # one mode failing must not cost the others' figures (GPU time is scarce)
                     result["rows"].append({"mode": mode, "error": f"{exc.__class__.__name__}: {exc}"[-1500:]})
                 write(result, args.out)  # after each mode: a step killed at its time limit keeps what finished
@@ -193,14 +197,15 @@ def main(argv: list[str] | None = None) -> int:
     result = run(args)
     print(f"{result['params'] / 1e6:.1f}M params, {result['state_dict_gb']:.3f} GB state dict "
           f"({result['state_dict_dtype']}), {result['device']}")
-    print(f"{'mode':<12} {'payload':>15} {'first s':>8} {'median s':>9} {'min-max s':>13} {'s/GB':>7} {'GB/s':>6}")
+    print(f"{'mode':<12} {'payload':>15} {'first s':>8} {'median s':>9} {'min-max s':>13} {'s/GB':>7} {'GB/s':>6}  via")
     for r in result["rows"]:
         if "error" in r:
             print(f"{r['mode']:<12} failed: {r['error']}")
             continue
         load = f"{r['payload_gb']:.3f} GB {r['payload_dtype'].replace('bfloat', 'bf').replace('float', 'fp')}"
+        via = r.get("transport") or r.get("group_backend") or "folder"
         print(f"{r['mode']:<12} {load:>15} {r['first_s']:8.2f} {r['median_s']:9.2f} {r['min_s']:6.2f}-{r['max_s']:<6.2f} "
-              f"{r['s_per_gb']:7.2f} {r['gb_per_s']:6.2f}")
+              f"{r['s_per_gb']:7.2f} {r['gb_per_s']:6.2f}  {via}")
     if result["note"]:
         print(result["note"])
     return 1 if any("error" in r for r in result["rows"]) else 0

@@ -1,14 +1,18 @@
 """python -m pytest tests/test_weight_sync.py -q -m "slow or not slow"
 
 Weight sync to SGLang-style servers without disk (rollout.sglang_weight_sync = tensor | distributed),
-against real `kbench serve` processes on CPU: /update_weights_from_tensor and the gloo process-group
-routes (/init_weights_update_group, /update_weights_from_distributed, /destroy_weights_update_group).
-The served weights are checked through served logprobs against an in-process engine holding the
-expected weights. Not run against a real SGLang server (not installable here).
+against real `kbench serve` processes on CPU: /update_weights_from_tensor (transports shm and bytes;
+payloads and cuda_ipc: tests/test_tensor_payloads.py) and the gloo process-group routes
+(/init_weights_update_group, /update_weights_from_distributed, /destroy_weights_update_group). The
+served weights are checked through served logprobs against an in-process engine holding the expected
+weights, or exactly, tensor by tensor, against an in-process server. Not run against a real SGLang
+server (not installable here).
 """
 
 from __future__ import annotations
 
+import glob
+import os
 import threading
 
 import pytest
@@ -18,8 +22,9 @@ ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
 
 from kbencheval.llm import SamplingParams  # noqa: E402
+from kbencheval.llm import weight_transfer as wt  # noqa: E402
 from kbencheval.llm.embedded import EmbeddedEngine  # noqa: E402
-from kbencheval.llm.weight_transfer import WeightGroup, dtype_name, serialize_named_tensors  # noqa: E402
+from kbencheval.llm.weight_transfer import WeightGroup, dtype_name, encode_bytes  # noqa: E402
 from smart.rollout.engines.weight_sync import push_tensors  # noqa: E402
 from tests.support import kbench_server  # noqa: E402
 
@@ -68,25 +73,35 @@ def server_version(url: str) -> int:
     return requests.get(f"{url}/health", timeout=10).json()["weights_version"]
 
 
-def test_tensor_route_loads_buckets_and_refuses_bad_requests(server, reference):
-    state = perturbed(reference, seed=1)
-    before = server_version(server)
-    push_tensors(server, state, 5, bucket_bytes=64 << 10, timeout_s=60)  # several buckets
+def shm_files() -> set[str]:
+    return set(glob.glob(os.path.join(wt.SHM_DIR, "kbench-weights-*")))
+
+
+def tensor_post(url: str, payload, **fields) -> requests.Response:
+    body = {"serialized_named_tensors": [payload], "flush_cache": True, **fields}
+    return requests.post(f"{url}/update_weights_from_tensor", json=body, timeout=30)
+
+
+@pytest.mark.parametrize("transport", ["shm", "bytes"])
+def test_tensor_route_loads_buckets_and_refuses_bad_requests(transport, server, reference):
+    state = perturbed(reference, seed=1 if transport == "shm" else 3)
+    before, files = server_version(server), shm_files()
+    push_tensors(server, state, 5, bucket_bytes=64 << 10, timeout_s=60, transport=transport)  # several buckets
     loads = server_version(server) - before
     assert loads > 1  # one load per bucket request
+    assert shm_files() == files  # the sender removed its shm files
     expected = expected_logprobs(reference, state)
     assert_serves(server, expected)
     name, weight = next(iter(state.items()))
     for bad, why in [([("model.no_such.weight", weight)], "unknown names"),
                      ([(name, torch.zeros(3, 3))], "has shape"),
                      ([(name, weight + 1.0), ("model.no_such.weight", weight)], "unknown names")]:
-        resp = requests.post(f"{server}/update_weights_from_tensor", timeout=30,
-                             json={"serialized_named_tensors": [serialize_named_tensors(bad)], "flush_cache": True})
+        path, payload = wt.write_shm(bad) if transport == "shm" else (None, encode_bytes(bad))
+        resp = tensor_post(server, payload)
+        if path:
+            wt.unlink_shm(path)
         reply = resp.json()
         assert resp.status_code == 400 and reply["success"] is False and why in reply["error"]["message"]
-    garbage = requests.post(f"{server}/update_weights_from_tensor", json={"serialized_named_tensors": ["bm90IGEgcGlja2xl"]},
-                            timeout=30).json()
-    assert garbage["success"] is False and "base64 pickle" in garbage["error"]["message"]
     assert server_version(server) - before == loads  # nothing refused was loaded, even partly
     assert_serves(server, expected)
 
@@ -177,30 +192,37 @@ def perturb_trainer(backend, seed: int) -> None:
             p.add_(0.3 * torch.randn(p.shape, generator=gen).to(p.device))
 
 
-@pytest.mark.parametrize("mode", ["tensor", "distributed"])
+@pytest.mark.parametrize("mode", ["tensor", "tensor-bytes", "distributed"])
 def test_trainer_weights_reach_two_servers(mode, tiny_model, server, reference, local_ray):
     """A real trainer group (torch backend): perturb its weights, sync through this mode's sink and engine
-    push to two `kbench serve` processes; both serve the trainer's weights, then the group is torn down."""
+    push to two `kbench serve` processes; both serve the trainer's weights, then the group is torn down.
+    tensor picks shm here (one host); tensor-bytes forces the by-value fallback."""
     from smart.config import RLConfig
     from smart.ray.actor_group import TrainGroup
     from smart.ray.placement import make_placement
     from smart.rollout.engines.sglang import KIND, SGLangEngineActor
 
+    sync, transport = (mode.split("-") + ["auto"])[:2]
     cfg = RLConfig(model_path=tiny_model, out_dir="/nonexistent")
-    cfg.rollout.engine, cfg.rollout.sglang_urls, cfg.rollout.sglang_weight_sync = "sglang", [server], mode
+    cfg.rollout.engine, cfg.rollout.sglang_urls, cfg.rollout.sglang_weight_sync = "sglang", [server], sync
     cfg.rollout.weight_bucket_mb = 0.25
     placement = make_placement(cfg.cluster)
     trainer = TrainGroup.for_run(cfg, placement.actor)
+    files = shm_files()
     try:
         with kbench_server(tiny_model) as second:
-            engines = [SGLangEngineActor.remote(url, tiny_model, 60.0, weight_sync=mode, bucket_bytes=256 << 10)
+            engines = [SGLangEngineActor.remote(url, tiny_model, 60.0, weight_sync=sync, tensor_transport=transport)
                        for url in (server, second.url)]
             for version, seed in [(1, 11), (2, 12)]:  # the second sync reuses the distributed groups
                 trainer.run_on_ranks(perturb_trainer, seed)
                 sink = KIND.weights_sink(cfg)
                 packed = sink.pack(trainer, version)
+                assert len(packed.buckets) > 1
                 assert ray.get([e.push.remote(packed, version) for e in engines], timeout=120) == [version] * 2
                 sink.release(version)
+                assert shm_files() == files  # release removed the shm files both servers read
+            via = {"tensor": "shm", "tensor-bytes": "bytes", "distributed": "distributed"}[mode]
+            assert ray.get([e.weight_transport.remote() for e in engines]) == [via, via]
             expected = expected_logprobs(reference, ray.get(trainer.weights_ref()))
             for url in (server, second.url):
                 assert_serves(url, expected)
@@ -210,11 +232,48 @@ def test_trainer_weights_reach_two_servers(mode, tiny_model, server, reference, 
             ray.get([engines[0].close.remote(), engines[1].retire.remote()], timeout=60)
             assert [groups_of(url) for url in (server, second.url)] == [[], []]
             assert ray.get(engines[0].push.remote(sink.pack(trainer, 3), 3), timeout=120) == 3  # a new group forms
+            sink.release(3)
             assert_serves(server, expected)
             ray.get(engines[0].close.remote(), timeout=60)
     finally:
         trainer.shutdown()
         ray.util.remove_placement_group(placement.pg)
+
+
+@pytest.mark.parametrize("transport", ["shm", "bytes"])
+def test_weights_that_arrive_equal_the_trainers_exactly(transport, tiny_model, local_ray):
+    """Trainer group -> engine actor -> an in-process kbench serve: every served tensor equals the trainer's
+    state dict (torch.equal), and tensors the trainer did not change stay as they were."""
+    from kbencheval.llm.serve import KBenchServer
+    from smart.config import RLConfig
+    from smart.ray.actor_group import TrainGroup
+    from smart.ray.placement import make_placement
+    from smart.rollout.engines.sglang import KIND, SGLangEngineActor
+
+    engine = EmbeddedEngine(tiny_model, device="cpu")
+    httpd = KBenchServer(("127.0.0.1", 0), engine, tiny_model)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    cfg = RLConfig(model_path=tiny_model, out_dir="/nonexistent")
+    cfg.rollout.engine, cfg.rollout.sglang_urls, cfg.rollout.sglang_weight_sync = "sglang", [url], "tensor"
+    cfg.rollout.weight_bucket_mb = 0.1
+    placement = make_placement(cfg.cluster)
+    trainer = TrainGroup.for_run(cfg, placement.actor)
+    try:
+        trainer.run_on_ranks(perturb_trainer, 21)
+        pusher = SGLangEngineActor.remote(url, tiny_model, 60.0, weight_sync="tensor", tensor_transport=transport)
+        sink = KIND.weights_sink(cfg)
+        assert ray.get(pusher.push.remote(sink.pack(trainer, 1), 1), timeout=120) == 1
+        sink.release(1)
+        sent, served = ray.get(trainer.weights_ref()), engine.state_dict()
+        assert set(sent) <= set(served)
+        for name, tensor in sent.items():
+            assert served[name].dtype == tensor.dtype and torch.equal(served[name], tensor), name
+    finally:
+        trainer.shutdown()
+        ray.util.remove_placement_group(placement.pg)
+        httpd.shutdown()
+        httpd.server_close()
 
 
 @pytest.mark.slow  # a full RL step plus two syncs: ~10 s each after Ray's start (tier of the disk test)

@@ -4,7 +4,7 @@ Serves a local HF model (the `EmbeddedEngine`) over HTTP with the routes our cli
 OpenAI and SGLang clients, `kbench run-one` and rollout code can be exercised without SGLang:
 
     GET  /health                      200 once the model is loaded; weights_version, generate_requests,
-                                      weight_update_groups
+                                      weight_update_groups, weight_transports, host_id
     GET  /v1/models                   the served model id (= --model)
     POST /v1/chat/completions         OpenAI format: messages, n, temperature, top_p, max_tokens, seed, logprobs
     POST /generate                    SGLang native: input_ids | text, sampling_params, return_logprob
@@ -107,7 +107,8 @@ class Handler(BaseHTTPRequestHandler):
         with self.server.groups_lock:
             groups = sorted(self.server.weight_groups)
         return {"status": "ok", "weights_version": self.server.engine.weights_version,
-                "generate_requests": self.server.generate_requests, "weight_update_groups": groups}
+                "generate_requests": self.server.generate_requests, "weight_update_groups": groups,
+                **self.server.weight_transports}
 
     def models(self) -> dict:
         return {"object": "list", "data": [{"id": self.server.model_name, "object": "model", "owned_by": "kbench"}]}
@@ -222,6 +223,10 @@ class KBenchServer(ThreadingHTTPServer):
         self.engine, self.model_name, self.verbose = engine, model_name, verbose
         self.generate_requests, self.count_lock = 0, threading.Lock()  # POST /generate calls served so far
         self.weight_groups, self.group_locks, self.groups_lock = {}, {}, threading.Lock()  # serve_weights' groups
+        from kbencheval.llm.weight_transfer import host_id, offered_transports
+
+        # /update_weights_from_tensor payloads this server takes, and its host: the client picks from them
+        self.weight_transports = {"weight_transports": offered_transports(engine.device), "host_id": host_id()}
 
 
 def main(argv: list[str] | None = None) -> int:

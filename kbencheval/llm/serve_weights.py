@@ -12,7 +12,9 @@ and a refused update leaves the served weights as they were (EmbeddedEngine.upda
 name and shape before it copies). `weight_version` is the client's label, accepted as SGLang accepts it;
 the server's own /health weights_version counts loads, one per successful request, as the disk route does.
 Thin adapters over `EmbeddedEngine.update_weights`; the transfer itself is kbencheval.llm.weight_transfer.
-PAYLOAD is a pickle: these routes are for a trusted trainer on the same machine, as SGLang's are.
+PAYLOAD is SGLang's (a base64 pickle: CUDA IPC handles, or tensors by value) or kbench's shm manifest;
+/health lists which this server accepts (`weight_transports`) and its `host_id`. Pickles are parsed by
+an allowlist unpickler (no code runs); a manifest can name only /dev/shm/kbench-weights-* files.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def update_weights_from_tensor(server, body: dict) -> dict:
     if isinstance(payloads, str):
         payloads = [payloads]
     if not (isinstance(payloads, list) and len(payloads) == 1 and isinstance(payloads[0], str)):
-        raise WeightRouteError("'serialized_named_tensors' must be a list with one base64 string (one per "
+        raise WeightRouteError("'serialized_named_tensors' must be a list with one string (one per "
                                "tensor-parallel rank; kbench serve is one rank)")
     if body.get("load_format") not in (None, "direct"):
         raise WeightRouteError(f"load_format={body.get('load_format')!r} is not supported; send null (the default loader)")
@@ -50,7 +52,14 @@ def update_weights_from_tensor(server, body: dict) -> dict:
         named = deserialize_named_tensors(payloads[0])
     except ValueError as exc:
         raise WeightRouteError(str(exc)) from None
-    return _load(server, named, "from serialized tensors")
+    try:
+        return _load(server, named, "from serialized tensors")
+    finally:
+        if any(t.is_cuda for _, t in named):  # CUDA IPC: the copies must be done before the sender frees its memory
+            import torch
+
+            torch.cuda.synchronize()
+        del named
 
 
 def init_weights_update_group(server, body: dict) -> dict:

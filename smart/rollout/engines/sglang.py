@@ -29,7 +29,7 @@ from kbencheval.config import ConfigError
 from kbencheval.llm.base import Completion, SamplingParams
 from smart.rollout.engines import EngineKind
 from smart.rollout.engines.router import FIX, RouterError, SGLangRouter, check_router
-from smart.rollout.engines.weight_sync import DistributedPuller, DistributedWeights, TensorWeights, push_tensors
+from smart.rollout.engines.weight_sync import DistributedPuller, DistributedWeights, TensorPusher, TensorWeights
 
 
 class SGLangUnreachable(ConfigError):
@@ -58,10 +58,11 @@ def check_server(base_url: str, timeout_s: float = 5.0) -> None:
 class SGLangEngineActor:
     def __init__(self, base_url: str, model_path: str, timeout_s: float = 600.0, max_concurrency: int = 32,
                  max_retries: int = 3, router=None, generate_url: str = "", weight_sync: str = "disk",
-                 bucket_bytes: int = 512 << 20):
+                 tensor_transport: str = "auto"):
         """base_url: this engine's server (weights, health); generate_url: where generation goes
         ("" = base_url; a router's URL); router: that router's actor handle, told when this engine is dropped;
-        weight_sync: disk | tensor | distributed (rollout.sglang_weight_sync), in buckets of bucket_bytes."""
+        weight_sync: disk | tensor | distributed (rollout.sglang_weight_sync; the sink's plan sets the buckets);
+        tensor_transport: auto (per server, see weight_sync.pick_transport) or cuda_ipc | shm | bytes."""
         from kbencheval.llm.http import SGLangClient
 
         check_server(base_url)
@@ -70,8 +71,9 @@ class SGLangEngineActor:
                                    timeout=timeout_s, max_retries=max_retries)
         self.pool = cf.ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="sglang-engine")
         self.version = 0
-        self.weight_sync, self.bucket_bytes = weight_sync, int(bucket_bytes)
+        self.weight_sync = weight_sync
         self.puller = DistributedPuller(self.base_url, timeout_s) if weight_sync == "distributed" else None
+        self.pusher = TensorPusher(self.base_url, timeout_s, tensor_transport) if weight_sync == "tensor" else None
 
     def generate_ids(self, prompt_ids_batch: list[list[int]], params: SamplingParams) -> list[Completion]:
         """One request per prompt so each keeps its own seed (row i uses seed + i, as the embedded engine)."""
@@ -83,10 +85,10 @@ class SGLangEngineActor:
         return [f.result() for f in futures]
 
     def push(self, weights, version: int) -> int:
-        """Load what this kind's sink packed (a folder; a state dict; a DistributedPlan) into the server,
-        then record `version` (returned). A refused load raises and leaves the version alone."""
+        """Load what this kind's sink packed (a folder, or a StagedPlan for tensor and distributed) into the
+        server, then record `version` (returned). A refused load raises and leaves the version alone."""
         if self.weight_sync == "tensor":
-            push_tensors(self.base_url, weights, version, self.bucket_bytes, self.timeout_s)
+            self.pusher.push(weights, version)
         elif self.weight_sync == "distributed":
             self.puller.push(weights, version)
         else:
@@ -109,6 +111,10 @@ class SGLangEngineActor:
 
     def weights_version(self) -> int:
         return self.version
+
+    def weight_transport(self) -> str:
+        """How the last push travelled: disk, distributed, or tensor's cuda_ipc | shm | bytes."""
+        return self.pusher.last if self.pusher is not None else self.weight_sync
 
     def health(self, timeout_s: float) -> None:
         check_server(self.base_url, timeout_s)
@@ -175,7 +181,7 @@ def _start(cfg, slots: list) -> list:
     rc = cfg.rollout
     router, generate_url = start_router(rc, rc.sglang_urls) if rc.router else (None, "")
     return [SGLangEngineActor.remote(url, cfg.model_path, rc.sglang_timeout_s, router=router, generate_url=generate_url,
-                                     weight_sync=rc.sglang_weight_sync, bucket_bytes=_bucket_bytes(rc))
+                                     weight_sync=rc.sglang_weight_sync)
             for url in rc.sglang_urls]
 
 
@@ -184,10 +190,11 @@ def _bucket_bytes(rc) -> int:
 
 
 def _weights_sink(cfg):
-    """rollout.sglang_weight_sync picks the trainer-side half: a folder, the object store, or a broadcast plan."""
+    """rollout.sglang_weight_sync picks the trainer-side half: a folder, or weights staged on the trainer's
+    rank 0 that engines pull as tensor payloads or a broadcast."""
     rc = cfg.rollout
     if rc.sglang_weight_sync == "tensor":
-        return TensorWeights()
+        return TensorWeights(_bucket_bytes(rc))
     if rc.sglang_weight_sync == "distributed":
         return DistributedWeights(_bucket_bytes(rc))
     return DiskWeights(str(Path(cfg.out_dir) / "engine_weights"))
