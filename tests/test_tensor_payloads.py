@@ -209,3 +209,11 @@ def test_cuda_ipc_payloads_load_what_bytes_load(tiny_model, reference):
         assert max(abs(a - b) for a, b in zip(served_logprobs(gpu.url), via_ipc)) > 1e-3
         push_tensors(gpu.url, state, 3, bucket_bytes=1 << 30, timeout_s=60, transport="bytes")
         assert max(abs(a - b) for a, b in zip(served_logprobs(gpu.url), via_ipc)) < 1e-5
+
+
+def test_the_cuda_ipc_encoder_refuses_cpu_tensors_with_one_line():
+    """Runs the encoder's imports on any machine (an import that only a GPU run reached failed on the H100)."""
+    from kbencheval.llm.weight_transfer import encode_cuda_ipc
+
+    with pytest.raises(ValueError, match="CUDA tensors only"):
+        encode_cuda_ipc([("w", torch.zeros(2))])

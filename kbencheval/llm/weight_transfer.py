@@ -81,7 +81,9 @@ def encode_cuda_ipc(named: list[tuple[str, torch.Tensor]]) -> str:
     """SGLang's MultiprocessingSerializer payload for CUDA tensors: base64(ForkingPickler) = IPC handles.
     The caller keeps the tensors alive until the server has answered; the server must number the GPU
     as the sender does (same CUDA_VISIBLE_DEVICES, as a colocated run has them)."""
-    from torch.multiprocessing.reductions import ForkingPickler  # registers torch's CUDA IPC reductions
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401  (its import registers torch's CUDA IPC reductions with ForkingPickler)
 
     if not all(t.is_cuda for _, t in named):
         raise ValueError("cuda_ipc sends CUDA tensors only")
