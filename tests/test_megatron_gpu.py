@@ -212,7 +212,7 @@ def test_grpo_step_through_the_driver_and_engine_sync(tiny_model, tmp_path, loca
     actor = TrainGroup.for_run(cfg, placement.actor)
     manager = RolloutManager.remote(cfg, placement.rollout)
     try:
-        samples, _ = ray.get(manager.generate.remote(0))
+        samples, _ = ray.get(manager.rollout.remote(0))  # rewarded: train_step's advantages need rewards
         actor.train_step(samples)
         assert sync_weights(actor, manager) == 1 and ray.get(manager.weights_versions.remote()) == [1]
         trainer_sd = ray.get(actor.weights_ref())

@@ -33,3 +33,10 @@ def test_advantages_are_normalized_within_each_group_of_any_size():
     std0 = (2 / 3) ** 0.5
     assert adv[:3] == pytest.approx([-1 / std0, 0.0, 1 / std0], rel=1e-4)
     assert adv[3:] == pytest.approx([-1.0, 1.0], rel=1e-4)
+
+
+def test_advantages_of_unrewarded_samples_are_refused_in_one_line():
+    # RolloutManager.generate returns samples before reward; training on them must say so, not crash in float(None)
+    samples = group(0, [0.0, 1.0]) + group(1, [None, None])
+    with pytest.raises(ValueError, match=r"samples \[10, 11\] have no reward.*RolloutManager.rollout"):
+        compute_advantages(samples, normalize_std=True)

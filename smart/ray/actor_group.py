@@ -128,6 +128,10 @@ def compute_advantages(samples: list[Sample], normalize_std: bool, group_by: str
 
     from smart.algo import group_advantages
 
+    unrewarded = [s.index for s in samples if s.reward is None]
+    if unrewarded:
+        raise ValueError(f"samples {unrewarded[:8]} have no reward: GRPO needs rewarded samples, e.g. from "
+                         "RolloutManager.rollout (generate + reward), not RolloutManager.generate alone")
     adv_by_sample: dict[int, float] = {}
     for group in groups_of(samples, group_by).values():
         rewards = torch.tensor([float(s.reward) for s in group])
