@@ -23,24 +23,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("ray")
 
 from kbencheval.llm import weight_transfer as wt  # noqa: E402
-from kbencheval.llm.embedded import EmbeddedEngine  # noqa: E402
 from kbencheval.llm.weight_transfer import encode_bytes  # noqa: E402
 from smart.rollout.engines.weight_sync import StagedPlan, pick_transport, push_tensors  # noqa: E402
 from tests.support import kbench_server  # noqa: E402
-from tests.test_weight_sync import (assert_serves, expected_logprobs, perturbed, served_logprobs,  # noqa: E402
-                                    server_version, tensor_post)
-
-
-@pytest.fixture(scope="module")
-def server(tiny_model):
-    with kbench_server(tiny_model) as served:
-        yield served.url
-
-
-@pytest.fixture(scope="module")
-def reference(tiny_model):
-    torch.set_num_threads(1)
-    return EmbeddedEngine(tiny_model, device="cpu")
+# `server` and `reference` are fixtures (module-scoped: this module gets its own server and engine).
+from tests.test_weight_sync import (assert_serves, expected_logprobs, perturbed, reference, served_logprobs,  # noqa: E402,F401
+                                    server, server_version, tensor_post)
 
 
 def test_payloads_decode_to_the_tensors_sent():
