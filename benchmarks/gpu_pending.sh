@@ -12,6 +12,9 @@
 #   check_latency   kbench check cold vs served by kbench serve-eval                                      (240)
 #   engine          embedded engine tokens/s vs transformers generate, with the bandwidth floor           (500)
 #   megatron        tests/test_megatron_gpu.py and train_throughput.py --quick                            (560)
+#   megatron_driver tests/test_megatron_gpu.py -k driver, stacks dumped after 150 s, Ray logs packed    (280)
+#   megatron_rl     one GRPO step from scripts/run_rl.sh with backend megatron, tiny random Qwen3      (280)
+#   megatron_throughput train_throughput.py on both Qwen3 shapes, both backends, 16 x 1024 tokens    (500)
 #   corpus          corpus verify records/min and index build                                            (300)
 #   weights         weight sync s/GB, disk/tensor/distributed: trainer and kbench serve on the GPU, random
 #                   Qwen3 1.2 GB fp32 (distributed: gloo, NCCL refuses 2 ranks on 1 GPU); ~2 min       (240)
@@ -33,7 +36,7 @@
 set -u
 out=${1:?usage: bash benchmarks/gpu_pending.sh OUT_DIR STEP [STEP ...]}
 shift
-[ $# -gt 0 ] || { sed -n '2,32p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,35p' "$0"; exit 2; }
 py=${PYTHON:-python3}
 work="$out/work"
 mkdir -p "$work"
@@ -64,6 +67,19 @@ for step in "$@"; do
     megatron) run megatron_tests 300 "$py" -m pytest -v -rfE --tb=short -p no:cacheprovider tests/test_megatron_gpu.py
               run megatron_throughput 260 "$py" benchmarks/train_throughput.py --quick \
                   --out "$work/train_throughput_h100.json" ;;
+    megatron_driver)  # GRPO through smart.train with the embedded engine; stacks dumped if it stalls
+      run megatron_driver 280 "$py" -m pytest -v -s -rfE --tb=short -p no:cacheprovider \
+          -o faulthandler_timeout=150 tests/test_megatron_gpu.py -k driver
+      tar czf "$work/megatron_driver_ray_logs.tgz" -C /tmp/ray/session_latest logs 2>/dev/null ;;
+    megatron_rl)  # one GRPO step from the launcher, a random tiny Qwen3, rewards that vary within the group
+      "$py" scripts/make_tiny_model.py --out /tmp/tiny_megatron > /dev/null 2>&1
+      run megatron_rl 280 bash scripts/run_rl.sh configs/rl_small_megatron_gpu.yaml model_path=/tmp/tiny_megatron \
+          out_dir=/tmp/rl_megatron num_steps=1 eval_every=0 'data.problems=["L1_1_ReLU"]' rollout.max_new_tokens=16 \
+          rollout.n_samples_per_prompt=4 rollout.prompts_per_step=1 rollout.filter_fn= \
+          reward.reward_fn=tests.test_megatron_gpu:varied_rewards ;;
+    megatron_throughput)  # both Qwen3 shapes (0.6B, 1.7B), both backends, in one process
+      run megatron_throughput_full 500 "$py" benchmarks/train_throughput.py --samples 16 --steps 3 \
+          --out "$work/train_throughput_full_h100.json" ;;
     corpus) run corpus 300 "$py" benchmarks/corpus_throughput.py --device cuda --out "$work/corpus_throughput_h100.json" ;;
     weights) run weights 240 "$py" benchmarks/weight_sync.py --device cuda --hidden 2048 --layers 8 --repeats 3 \
         --out "$work/weight_sync_h100.json" ;;
@@ -76,8 +92,11 @@ for step in "$@"; do
       setsid nohup bash scripts/run_learning.sh configs/learn_synth_gpu.yaml "$learn/run" > "$learn/log" 2>&1 &
       echo "== learning_start: started (pid $!); poll with the learning_status step" ;;
     learning_status)
-      tail -n 40 "$learn/log" > "$work/learning.log" 2>/dev/null
-      cp "$learn"/run/summary.json "$learn"/run/evals/*.json "$work/" 2>/dev/null
+      cp "$learn/log" "$work/learning.log" 2>/dev/null
+      cp "$learn"/run/summary.json "$learn"/run/stage_seconds.txt "$learn"/run/sft/probes.txt "$learn"/run/evals/*.json \
+         "$work/" 2>/dev/null
+      (cd "$learn/run" && tar czf "$work/learning_tb.tgz" $(ls -d sft/tb rl/tb rl_shuffled/tb sft_continued/tb 2>/dev/null)) \
+          2>/dev/null
       [ -d "$learn/run/plots" ] && tar czf "$work/learning_plots.tgz" -C "$learn/run" plots
       echo "== learning_status: $(tail -n 1 "$learn/log" 2>/dev/null || echo 'no run started')" ;;
     *) echo "unknown step '$step'; steps are listed at the top of $0"; exit 2 ;;

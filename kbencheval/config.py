@@ -157,6 +157,12 @@ def apply_overrides(cfg: T, overrides: list[str] | tuple[str, ...]) -> T:
     for item in overrides:
         if "=" not in item and not item.startswith("--"):
             raise ConfigError(f"cannot read override '{item}': write it as key=value")
+    for item in overrides:  # one at a time, so the error names the override pydra cannot read
+        try:
+            pydra.parser.parse([item])
+        except ValueError as e:
+            raise ConfigError(f"cannot read override '{item}': {e}; quote strings inside lists, "
+                              "e.g. 'data.problems=[\"L1_1_ReLU\"]'") from None
     parsed = pydra.parser.parse(list(overrides))
     for command in parsed.commands:
         if not isinstance(command, pydra.parser.Assignment):

@@ -79,6 +79,9 @@ def test_config_yaml_and_overrides(tmp_path):
         load_config(Outer, None, ["inner.rat=2"])
     with pytest.raises(ConfigError, match="must be int"):
         load_config(Outer, None, ["steps=abc"])
+    with pytest.raises(ConfigError, match="cannot read override 'tags=\\[a\\]'.*quote strings"):
+        load_config(Outer, None, ["tags=[a]"])
+    assert load_config(Outer, None, ['tags=["a"]']).tags == ["a"]
     path.write_text("bogus: 1\n")
     with pytest.raises(ConfigError, match="unknown config key 'bogus'"):
         load_config(Outer, path)
