@@ -142,7 +142,8 @@ def test_dead_server_is_dropped_from_engines_and_router(tiny_model, local_ray, t
 
 @ray.remote(num_cpus=0)
 class FakeEngine:
-    def __init__(self):
+    def __init__(self, start_s: float = 0.0):
+        time.sleep(start_s)  # loading a model: pings queue behind the constructor
         self.version, self.got, self.retired = 0, None, False
 
     def health(self, timeout_s):
@@ -165,10 +166,12 @@ class FakeEngine:
         pass
 
 
-def _fleet(on_dead: str, n: int = 2, max_restarts: int = 3) -> EngineFleet:
+def _fleet(on_dead: str, n: int = 2, max_restarts: int = 3, start_s: float = 0.0,
+           health_timeout_s: float = 5.0) -> EngineFleet:
     kind = EngineKind(needs_slots=on_dead == "restart", preflight=lambda cfg: None, weights_sink=lambda cfg: None,
-                      start=lambda cfg, slots: [FakeEngine.remote() for _ in slots], on_dead=on_dead)
-    rc = dataclasses.make_dataclass("RC", [("health_timeout_s", float), ("max_engine_restarts", int)])(5.0, max_restarts)
+                      start=lambda cfg, slots: [FakeEngine.remote(start_s) for _ in slots], on_dead=on_dead)
+    rc = dataclasses.make_dataclass("RC", [("health_timeout_s", float), ("max_engine_restarts", int)])(
+        health_timeout_s, max_restarts)
     cfg = dataclasses.make_dataclass("Cfg", [("rollout", object)])(rc)
     return EngineFleet(kind, cfg, [f"slot{i}" for i in range(n)])
 
@@ -197,6 +200,18 @@ def test_fleet_restarts_a_dead_engine_with_the_current_weights(local_ray):
     assert fleet.engines[1] is not dead and fleet.slots == ["slot0", "slot1"]
     assert ray.get(fleet.engines[1].weights_version.remote()) == 4
     assert ray.get(fleet.engines[1].received.remote()) == {"w": 7}  # the ref arrived as the weights
+    fleet.shutdown()
+
+
+def test_an_engine_still_starting_is_not_taken_for_dead(local_ray):
+    """The first ping waits for the start (seen on the H100: a cold GPU engine missed the 10 s ping and was
+    restarted); later pings have health_timeout_s, so a hung engine is still found."""
+    fleet = _fleet("restart", n=1, start_s=3.0, health_timeout_s=0.5)
+    first = fleet.engines[0]
+    assert fleet.check()["engines/restarts"] == 0.0 and fleet.engines[0] is first
+    assert fleet.check()["engines/restarts"] == 0.0
+    _kill(first)
+    assert fleet.check()["engines/restarts"] == 1.0 and fleet.engines[0] is not first
     fleet.shutdown()
 
 

@@ -21,6 +21,9 @@ import ray
 from smart.rollout.engines import EngineKind
 
 RESTART_TIMEOUT_S = 600.0  # a new embedded engine loads the model, then the weights
+# An engine's first answer comes after its start (imports, CUDA, the model): a cold GPU engine took
+# longer than a 10 s ping on the H100, and was restarted, again and again, while it was only starting.
+START_TIMEOUT_S = 600.0
 
 
 class NoEnginesLeft(RuntimeError):
@@ -32,6 +35,7 @@ class EngineFleet:
         self.kind, self.cfg, self.rc = kind, cfg, cfg.rollout
         self.engines = list(kind.start(cfg, slots))
         self.slots = list(slots) if kind.needs_slots else [None] * len(self.engines)
+        self.started = [False] * len(self.engines)  # answered once: from then on a ping has health_timeout_s
         self.packed, self.version = None, 0  # what the last sync pushed (None: the engines' own start weights)
         self.restarts = self.drops = 0
 
@@ -56,16 +60,25 @@ class EngineFleet:
         return self.metrics()
 
     def dead(self, timeout_s: float) -> list[tuple[int, str]]:
-        """(index, why) of each engine that did not answer a ping within timeout_s."""
-        refs = [e.health.remote(timeout_s) for e in self.engines]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s + 1.0)
+        """(index, why) of each engine that did not answer a ping within timeout_s, or within
+        START_TIMEOUT_S if it has never answered (it may still be starting)."""
+        found = dict(self._ping([i for i, ok in enumerate(self.started) if not ok], START_TIMEOUT_S))
+        found.update(self._ping([i for i in range(len(self.engines)) if i not in found], timeout_s))
+        return sorted(found.items())
+
+    def _ping(self, indices: list[int], timeout_s: float) -> list[tuple[int, str]]:
+        if not indices:
+            return []
+        refs = {i: self.engines[i].health.remote(timeout_s) for i in indices}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s + 1.0)
         found = []
-        for i, ref in enumerate(refs):
+        for i, ref in refs.items():
             if ref not in ready:
                 found.append((i, f"no answer within {timeout_s:g}s"))
                 continue
             try:
                 ray.get(ref)
+                self.started[i] = True
             except Exception as exc:  # a dead actor, a server that stopped answering
                 found.append((i, _one_line(exc)))
         return found
@@ -74,7 +87,8 @@ class EngineFleet:
         engine = self.engines[i]
         if self.kind.on_dead == "restart" and self.restarts < self.rc.max_engine_restarts:
             ray.kill(engine)  # a hung actor frees its slot; a dead one is already gone
-            self.engines[i] = self._restart(self.slots[i])
+            self.engines[i] = self._restart(self.slots[i])  # waits for its start: it has answered
+            self.started[i] = True
             self.restarts += 1
             _warn(f"rollout engine {i} was dead ({reason}); restarted it with weights version {self.version}")
             return
@@ -83,7 +97,7 @@ class EngineFleet:
         except Exception as exc:  # a dead actor cannot retire; the router's own checks will mark its server
             _warn(f"rollout engine {i} could not retire ({_one_line(exc)})")
         ray.kill(engine)
-        del self.engines[i], self.slots[i]
+        del self.engines[i], self.slots[i], self.started[i]
         self.drops += 1
         _warn(f"rollout engine {i} was dead ({reason}); dropped it, {len(self.engines)} engine(s) left")
 
