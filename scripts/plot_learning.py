@@ -5,7 +5,7 @@ held-out reports (RUN/evals/heldout_{sft,rl,sft_continued,rl_shuffled}.json, wri
 and SFT probes (RUN/sft/probes.txt):
   sft_loss.png      SFT loss per step
   rl_reward.png     GRPO mean reward per step
-  rl_rates.png      rollout correct rate and fast_1 rate per step (training problems)
+  rl_rates.png      rollout correct, fast_1 and compile rates per step (training problems), and the control's
   rl_kl.png         KL to the reference (when the run logged one) and the engine/trainer logprob gap
   tokens_per_s.png  generation and training tokens/s per phase
   sft_probe.png     held-out pass@k of the SFT probes per SFT step (where SFT stopped)
@@ -132,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
                                                               "shuffled control": pick(shuffled, "reward/mean")}, "reward"),
         "rl_rates.png": ("GRPO rollouts (training problems)", {
             "correct": pick(rl, "eval/correct_rate"), "fast_1": pick(rl, "eval/fast_1_rate"),
-            "correct, shuffled control": pick(shuffled, "eval/correct_rate")}, "rate"),
+            "correct, shuffled control": pick(shuffled, "eval/correct_rate"),
+            "compiled": pick(rl, "eval/compile_rate"), "compiled, shuffled control": pick(shuffled, "eval/compile_rate")},
+            "rate"),
         "rl_kl.png": ("KL and logprob gap", {**kl_tags, "engine-trainer |dlogp|":
                                              pick(rl, "train/rollout_logprob_abs_diff")}, "nats"),
         "tokens_per_s.png": ("throughput per phase", {
