@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -13,7 +14,7 @@ from kbencheval.dataset import load_local
 from kbencheval.extract import static_check
 from kbencheval.synth import SynthConfig, generate, static_filter, verify, write
 from kbencheval.synth.build import heldout_pair_set
-from kbencheval.synth.grammar import operator_pairs
+from kbencheval.synth.grammar import INLINE_HELPERS, operator_pairs, to_torch, to_triton_inline
 from tests.support import ENV
 
 
@@ -110,6 +111,27 @@ def test_verify_keeps_correct_variants_and_drops_a_broken_one():
     assert sum(dropped.values()) == 1 and next(iter(dropped)).startswith("incorrect")
 
 
+def _shape(expr: str) -> str:
+    """An expression without its function names: what is left is operands, operators and parentheses."""
+    return re.sub(r"[A-Za-z_][A-Za-z_.]*\(", "(", expr.replace(', approximate="tanh"', ""))
+
+
+def test_inline_style_mirrors_the_pytorch_expression_and_passes_the_evaluator():
+    """Inline solutions: the kernel's expression is the forward's with the function names swapped, every
+    helper the grammar can call is used somewhere, and every variant passes the evaluator (interpreter)."""
+    problems = generate(SynthConfig(n=16, seed=0, solution_style="inline", max_variants=1))
+    names = ["x0", "x1", "x2"]
+    for p in problems:
+        triton_expr = to_triton_inline(p.spec.tree, names)
+        assert _shape(triton_expr) == _shape(to_torch(p.spec.tree, names))
+        assert triton_expr in next(iter(p.variants.values()))
+        assert "torch." not in triton_expr
+    sources = [src for p in problems for src in p.variants.values()]
+    assert all(any(f"def _{op}(" in src for src in sources) for op in INLINE_HELPERS)
+    kept, dropped = verify(problems, device="cpu", workers=2, trials=1)
+    assert not dropped and len(kept) == len(problems)
+
+
 def test_bad_config_is_one_clear_error():
     with pytest.raises(ConfigError, match="dtypes"):
         SynthConfig(dtypes=["float64"])
@@ -117,6 +139,8 @@ def test_bad_config_is_one_clear_error():
         SynthConfig(heldout_fraction=0.0)
     with pytest.raises(ConfigError, match="max_variants"):
         SynthConfig(max_variants=-1)
+    with pytest.raises(ConfigError, match="solution_style must be one of ssa, inline"):
+        SynthConfig(solution_style="nested")
 
 
 def test_cli_help_and_refuses_to_overwrite(tmp_path):

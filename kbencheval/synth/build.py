@@ -26,7 +26,7 @@ from kbencheval.config import ConfigError
 from kbencheval.dataset import parse_problem
 from kbencheval.extract import static_check
 from kbencheval.synth.grammar import TAILS, all_pairs, operator_pairs, sample_tree
-from kbencheval.synth.render import Spec, problem_source, solution_variants
+from kbencheval.synth.render import STYLES, Spec, problem_source, solution_variants
 
 SPLITS = ("train", "heldout")
 
@@ -53,6 +53,9 @@ class SynthConfig:
     max_variants: int = 0
     """Keep the first K solution variants per problem (canonical first), 0 for all: verification costs one
     evaluation per variant, so a large corpus for SFT verifies only the ones it keeps."""
+    solution_style: str = "ssa"
+    """How solutions write the expression (kbencheval.synth.render.STYLES): ssa, one statement per
+    operator in post-order; inline, one nested expression shaped like the PyTorch one, with helpers."""
 
     def __post_init__(self):
         if self.n < 2:
@@ -68,6 +71,8 @@ class SynthConfig:
             raise ConfigError(f"dtypes {bad or '[]'}: choose from float32, float16, bfloat16")
         if self.sft_variants not in ("canonical", "all", "mix"):
             raise ConfigError(f"sft_variants must be canonical, all or mix, got {self.sft_variants!r}")
+        if self.solution_style not in STYLES:
+            raise ConfigError(f"solution_style must be one of {', '.join(STYLES)}, got '{self.solution_style}'")
         if self.max_variants < 0:
             raise ConfigError(f"max_variants must be >= 0 (0 keeps all), got {self.max_variants}")
         if not 0 < self.heldout_pairs < len(all_pairs()) // 2:
@@ -146,7 +151,7 @@ def generate(cfg: SynthConfig) -> list[SynthProblem]:
         if len(got[split]) >= want[split]:
             continue
         seen.add(key)
-        variants = solution_variants(spec)
+        variants = solution_variants(spec, cfg.solution_style)
         if cfg.max_variants:
             variants = dict(list(variants.items())[:cfg.max_variants])
         got[split].append(SynthProblem(next_id[split], _name(spec), split, spec, problem_source(spec),

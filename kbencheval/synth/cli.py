@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--sft-variants", default="mix", choices=("canonical", "all", "mix"))
     ap.add_argument("--max-variants", type=int, default=0,
                     help="keep the first K solution variants per problem, canonical first (0: all)")
+    ap.add_argument("--solution-style", default="ssa", choices=("ssa", "inline"),
+                    help="ssa: one statement per operator; inline: one nested expression shaped like PyTorch's")
     ap.add_argument("--verify", action="store_true", help="run every solution variant through the evaluator")
     ap.add_argument("--device", default="cpu", help="evaluator device for --verify: cpu (interpreter) or cuda[:N]")
     ap.add_argument("--workers", type=int, default=1, help="evaluators run side by side for --verify")
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                           heldout_pairs=args.heldout_pairs, max_inputs=args.max_inputs, max_depth=args.max_depth,
                           dtypes=[d.strip() for d in args.dtypes.split(",") if d.strip()],
                           prompt_style=args.prompt_style, sft_variants=args.sft_variants,
-                          max_variants=args.max_variants)
+                          max_variants=args.max_variants, solution_style=args.solution_style)
         if args.timing and not (args.verify and args.device.startswith("cuda")):
             raise ConfigError("--timing needs --verify --device cuda (the interpreter's timings mean nothing)")
         if args.workers < 1:

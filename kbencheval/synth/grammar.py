@@ -156,6 +156,45 @@ def to_triton(node: Node, names: list[str], lines: list[str], counter: list[int]
     return name
 
 
+# The inline style: one nested Triton expression that mirrors the PyTorch one token for token, with
+# small @triton.jit helpers where Triton has no single call (each helper computes what _TRITON_UNARY does).
+_INLINE_UNARY = {
+    "relu": "_relu({})", "sigmoid": "tl.sigmoid({})", "tanh": "_tanh({})", "silu": "_silu({})",
+    "gelu": "_gelu({})", "abs": "tl.abs({})", "neg": "(-{})", "square": "_square({})",
+}
+INLINE_HELPERS = {  # op -> helper source, in the order they are written
+    "relu": "@triton.jit\ndef _relu(x):\n    return tl.maximum(x, 0.0)\n",
+    "tanh": "@triton.jit\ndef _tanh(x):\n    return 2.0 * tl.sigmoid(2.0 * x) - 1.0\n",
+    "silu": "@triton.jit\ndef _silu(x):\n    return x * tl.sigmoid(x)\n",
+    "gelu": "@triton.jit\ndef _gelu(x):\n    return x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))\n",
+    "square": "@triton.jit\ndef _square(x):\n    return x * x\n",
+    "clamp": "@triton.jit\ndef _clamp(x, lo, hi):\n    return tl.minimum(tl.maximum(x, lo), hi)\n",
+}
+
+
+def to_triton_inline(node: Node, names: list[str]) -> str:
+    """The tree as one Triton expression, shaped like to_torch's (helpers from INLINE_HELPERS)."""
+    if node.op == "input":
+        return names[node.index]
+    args = [to_triton_inline(c, names) for c in node.children]
+    if node.op in _INLINE_UNARY:
+        return _INLINE_UNARY[node.op].format(*args)
+    if node.op in _TRITON_BINARY:
+        return _TRITON_BINARY[node.op].format(*args)
+    if node.op == "scale":
+        return f"({args[0]} * {node.consts[0]!r})"
+    if node.op == "shift":
+        return f"({args[0]} + {node.consts[0]!r})"
+    lo, hi = node.consts
+    return f"_clamp({args[0]}, {lo!r}, {hi!r})"
+
+
+def inline_helpers(*trees: Node) -> str:
+    """Source of the helpers the trees' inline expressions call, in INLINE_HELPERS' order."""
+    used = {n.op for tree in trees for n in tree.preorder()}
+    return "\n\n".join(src for op, src in INLINE_HELPERS.items() if op in used)
+
+
 def split_subtree(tree: Node) -> tuple[Node, Node] | None:
     """For the two-kernel variant: (first, rest) where `first` is the root's largest operator child
     and `rest` is the tree with that child replaced by a new input (index 3, the temp buffer)."""

@@ -5,14 +5,19 @@ Solution variants (the speed reward has something to prefer):
                kernels, the root's largest subtree stored to an fp32 temp and read back)
   with a tail: fused_w4, fused_w8 (one program per row, expression and tail fused; num_warps 4/8) and
                unfused (an elementwise kernel writes the expression, a row kernel applies the tail)
-The kernels compute in fp32 and cast once on store.
+The kernels compute in fp32 and cast once on store. Two styles of writing the expression:
+  ssa:    one statement per operator in post-order (t1 = ...; t2 = ...), the first GPU learning runs' data
+  inline: one nested expression shaped like the PyTorch one, with @triton.jit helpers (_silu, _clamp, ...)
+          where Triton has no single call, so translating is a token-by-token rewrite
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from kbencheval.synth.grammar import Node, split_subtree, to_torch, to_triton
+from kbencheval.synth.grammar import Node, inline_helpers, split_subtree, to_torch, to_triton, to_triton_inline
+
+STYLES = ("ssa", "inline")
 
 _TORCH_DTYPE = {"float32": "torch.float32", "float16": "torch.float16", "bfloat16": "torch.bfloat16"}
 # Half-precision references round after every op while the kernels round once; deep trees need room.
@@ -88,11 +93,19 @@ def _indent(lines: list[str], n: int = 4) -> str:
     return "\n".join(" " * n + line for line in lines)
 
 
-def _elementwise_kernel(name: str, tree: Node, inputs: list[int]) -> str:
+def _expression(tree: Node, names: list[str], body: list[str], style: str) -> str:
+    """Append the statements computing `tree` to body; return the name holding its value."""
+    if style == "inline":
+        body.append(f"y = {to_triton_inline(tree, names)}")
+        return "y"
+    return to_triton(tree, names, body, [0])
+
+
+def _elementwise_kernel(name: str, tree: Node, inputs: list[int], style: str) -> str:
     """A flat kernel over n_elements: load the inputs it uses, compute the tree, store."""
     names = [f"x{i}" for i in range(4)]
     body = [f"{names[i]} = tl.load({names[i]}_ptr + offsets, mask=mask).to(tl.float32)" for i in inputs]
-    result = to_triton(tree, names, body, [0])
+    result = _expression(tree, names, body, style)
     ptrs = ", ".join(f"{names[i]}_ptr" for i in inputs)
     return f'''@triton.jit
 def {name}({ptrs}, out_ptr, n_elements, BLOCK: tl.constexpr):
@@ -126,12 +139,14 @@ def _tail_lines(tail: str, v: str) -> list[str]:
     raise ValueError(f"unknown tail '{tail}'")
 
 
-def _row_kernel(name: str, tree: Node, inputs: list[int], tail: str) -> str:
+def _row_kernel(name: str, tree: Node, inputs: list[int], tail: str, style: str) -> str:
     """One program per row: load the row of each input, compute the tree, apply the tail."""
     names = [f"x{i}" for i in range(4)]
     body = [f"{names[i]} = tl.load({names[i]}_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)"
             for i in inputs]
-    result = to_triton(tree, names, body, [0])
+    result = _expression(tree, names, body, style)
+    if result == "y":  # the tail's own statements assign y
+        body[-1], result = "v" + body[-1][1:], "v"
     body += _tail_lines(tail, result)
     ptrs = ", ".join(f"{names[i]}_ptr" for i in inputs)
     return f'''@triton.jit
@@ -160,49 +175,58 @@ def _args(inputs: list[int]) -> str:
     return ", ".join(f"x{i}" for i in inputs)
 
 
-def _elementwise_variants(spec: Spec) -> dict[str, str]:
+def _source(kernels: str, model_new: str, helpers: str) -> str:
+    return f"{_HEADER}\n\n" + (f"{helpers}\n\n" if helpers else "") + f"{kernels}\n\n{model_new}"
+
+
+def _elementwise_variants(spec: Spec, style: str) -> dict[str, str]:
     inputs = sorted(spec.tree.inputs_used())
-    kernel = _elementwise_kernel("fused_kernel", spec.tree, inputs)
+    helpers = inline_helpers(spec.tree) if style == "inline" else ""
+    kernel = _elementwise_kernel("fused_kernel", spec.tree, inputs, style)
     out = {}
     for block in (1024, 256, 4096):  # the first is canonical
         body = ["out = torch.empty_like(x0)", "n = x0.numel()",
                 f"fused_kernel[(triton.cdiv(n, {block}),)]({_args(inputs)}, out, n, BLOCK={block})", "return out"]
-        out[f"fused_b{block}"] = f"{_HEADER}\n\n{kernel}\n\n{_model_new(spec.num_inputs, body)}"
+        out[f"fused_b{block}"] = _source(kernel, _model_new(spec.num_inputs, body), helpers)
     parts = split_subtree(spec.tree)
     if parts:
         first, rest = parts
         first_in, rest_in = sorted(first.inputs_used()), sorted(rest.inputs_used())
-        kernels = _elementwise_kernel("first_kernel", first, first_in) + "\n\n" + \
-            _elementwise_kernel("second_kernel", rest, rest_in)
+        kernels = _elementwise_kernel("first_kernel", first, first_in, style) + "\n\n" + \
+            _elementwise_kernel("second_kernel", rest, rest_in, style)
         body = ["n = x0.numel()", "grid = (triton.cdiv(n, 1024),)",
                 "x3 = torch.empty_like(x0, dtype=torch.float32)",
                 f"first_kernel[grid]({_args(first_in)}, x3, n, BLOCK=1024)",
                 "out = torch.empty_like(x0)",
                 f"second_kernel[grid]({_args(rest_in)}, out, n, BLOCK=1024)", "return out"]
-        out["unfused"] = f"{_HEADER}\n\n{kernels}\n\n{_model_new(spec.num_inputs, body)}"
+        out["unfused"] = _source(kernels, _model_new(spec.num_inputs, body), helpers)
     return out
 
 
-def _row_variants(spec: Spec) -> dict[str, str]:
+def _row_variants(spec: Spec, style: str) -> dict[str, str]:
     inputs = sorted(spec.tree.inputs_used())
+    helpers = inline_helpers(spec.tree) if style == "inline" else ""
     alloc = ("out = torch.empty((n_rows,), dtype=x0.dtype, device=x0.device)" if spec.tail in _REDUCING
              else "out = torch.empty_like(x0)")
     head = ["n_rows, n_cols = x0.shape", "block = triton.next_power_of_2(n_cols)", alloc]
-    kernel = _row_kernel("fused_row_kernel", spec.tree, inputs, spec.tail)
+    kernel = _row_kernel("fused_row_kernel", spec.tree, inputs, spec.tail, style)
     out = {}
     for warps in (4, 8):
         body = head + [f"fused_row_kernel[(n_rows,)]({_args(inputs)}, out, n_cols, BLOCK=block, num_warps={warps})",
                        "return out"]
-        out[f"fused_w{warps}"] = f"{_HEADER}\n\n{kernel}\n\n{_model_new(spec.num_inputs, body)}"
-    kernels = _elementwise_kernel("expr_kernel", spec.tree, inputs) + "\n\n" + \
-        _row_kernel("tail_kernel", Node("input", index=3), [3], spec.tail)
+        out[f"fused_w{warps}"] = _source(kernel, _model_new(spec.num_inputs, body), helpers)
+    kernels = _elementwise_kernel("expr_kernel", spec.tree, inputs, style) + "\n\n" + \
+        _row_kernel("tail_kernel", Node("input", index=3), [3], spec.tail, "ssa")  # the tail reads x3 as is
     body = head + ["x3 = torch.empty_like(x0, dtype=torch.float32)", "n = x0.numel()",
                    f"expr_kernel[(triton.cdiv(n, 1024),)]({_args(inputs)}, x3, n, BLOCK=1024)",
                    "tail_kernel[(n_rows,)](x3, out, n_cols, BLOCK=block, num_warps=4)", "return out"]
-    out["unfused"] = f"{_HEADER}\n\n{kernels}\n\n{_model_new(spec.num_inputs, body)}"
+    out["unfused"] = _source(kernels, _model_new(spec.num_inputs, body), helpers)
     return out
 
 
-def solution_variants(spec: Spec) -> dict[str, str]:
-    """Variant name -> complete solution source. The first entry is the canonical solution."""
-    return _elementwise_variants(spec) if spec.tail == "none" else _row_variants(spec)
+def solution_variants(spec: Spec, style: str = "ssa") -> dict[str, str]:
+    """Variant name -> complete solution source, the expression written in `style` (STYLES). The first
+    entry is the canonical solution."""
+    if style not in STYLES:
+        raise ValueError(f"unknown solution style '{style}': use one of {', '.join(STYLES)}")
+    return _elementwise_variants(spec, style) if spec.tail == "none" else _row_variants(spec, style)
