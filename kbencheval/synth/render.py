@@ -93,11 +93,12 @@ def _indent(lines: list[str], n: int = 4) -> str:
     return "\n".join(" " * n + line for line in lines)
 
 
-def _expression(tree: Node, names: list[str], body: list[str], style: str) -> str:
-    """Append the statements computing `tree` to body; return the name holding its value."""
+def _expression(tree: Node, names: list[str], body: list[str], style: str, result: str = "y") -> str:
+    """Append the statements computing `tree` to body; return the name holding its value (`result` in
+    the inline style, the last temporary in ssa)."""
     if style == "inline":
-        body.append(f"y = {to_triton_inline(tree, names)}")
-        return "y"
+        body.append(f"{result} = {to_triton_inline(tree, names)}")
+        return result
     return to_triton(tree, names, body, [0])
 
 
@@ -144,9 +145,7 @@ def _row_kernel(name: str, tree: Node, inputs: list[int], tail: str, style: str)
     names = [f"x{i}" for i in range(4)]
     body = [f"{names[i]} = tl.load({names[i]}_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)"
             for i in inputs]
-    result = _expression(tree, names, body, style)
-    if result == "y":  # the tail's own statements assign y
-        body[-1], result = "v" + body[-1][1:], "v"
+    result = _expression(tree, names, body, style, result="v")  # the tail's own statements assign y
     body += _tail_lines(tail, result)
     ptrs = ", ".join(f"{names[i]}_ptr" for i in inputs)
     return f'''@triton.jit

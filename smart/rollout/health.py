@@ -35,7 +35,9 @@ class EngineFleet:
         self.kind, self.cfg, self.rc = kind, cfg, cfg.rollout
         self.engines = list(kind.start(cfg, slots))
         self.slots = list(slots) if kind.needs_slots else [None] * len(self.engines)
-        self.started = [False] * len(self.engines)  # answered once: from then on a ping has health_timeout_s
+        # Answered once: from then on a ping has health_timeout_s. An embedded engine (one with a slot) loads
+        # its model inside its actor; an SGLang engine is a client of a server that is already up.
+        self.started = [not kind.needs_slots] * len(self.engines)
         self.packed, self.version = None, 0  # what the last sync pushed (None: the engines' own start weights)
         self.restarts = self.drops = 0
 
