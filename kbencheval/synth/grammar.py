@@ -117,20 +117,25 @@ def all_pairs() -> list[tuple[str, str]]:
     return inner + [(t, c) for t in TAILS if t != "none" for c in OPS]
 
 
-def to_torch(node: Node, names: list[str]) -> str:
+def _nested(node: Node, names: list[str], unary: dict, binary: dict, clamp: str) -> str:
+    """The tree as one nested expression, each operator written from its template."""
     if node.op == "input":
         return names[node.index]
-    args = [to_torch(c, names) for c in node.children]
-    if node.op in _TORCH_UNARY:
-        return _TORCH_UNARY[node.op].format(*args)
-    if node.op in _TORCH_BINARY:
-        return _TORCH_BINARY[node.op].format(*args)
+    args = [_nested(c, names, unary, binary, clamp) for c in node.children]
+    if node.op in unary:
+        return unary[node.op].format(*args)
+    if node.op in binary:
+        return binary[node.op].format(*args)
     if node.op == "scale":
         return f"({args[0]} * {node.consts[0]!r})"
     if node.op == "shift":
         return f"({args[0]} + {node.consts[0]!r})"
     lo, hi = node.consts
-    return f"torch.clamp({args[0]}, {lo!r}, {hi!r})"
+    return clamp.format(args[0], repr(lo), repr(hi))
+
+
+def to_torch(node: Node, names: list[str]) -> str:
+    return _nested(node, names, _TORCH_UNARY, _TORCH_BINARY, "torch.clamp({}, {}, {})")
 
 
 def to_triton(node: Node, names: list[str], lines: list[str], counter: list[int]) -> str:
@@ -174,19 +179,7 @@ INLINE_HELPERS = {  # op -> helper source, in the order they are written
 
 def to_triton_inline(node: Node, names: list[str]) -> str:
     """The tree as one Triton expression, shaped like to_torch's (helpers from INLINE_HELPERS)."""
-    if node.op == "input":
-        return names[node.index]
-    args = [to_triton_inline(c, names) for c in node.children]
-    if node.op in _INLINE_UNARY:
-        return _INLINE_UNARY[node.op].format(*args)
-    if node.op in _TRITON_BINARY:
-        return _TRITON_BINARY[node.op].format(*args)
-    if node.op == "scale":
-        return f"({args[0]} * {node.consts[0]!r})"
-    if node.op == "shift":
-        return f"({args[0]} + {node.consts[0]!r})"
-    lo, hi = node.consts
-    return f"_clamp({args[0]}, {lo!r}, {hi!r})"
+    return _nested(node, names, _INLINE_UNARY, _TRITON_BINARY, "_clamp({}, {}, {})")
 
 
 def inline_helpers(*trees: Node) -> str:
