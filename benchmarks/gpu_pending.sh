@@ -22,7 +22,8 @@
 #                   32 samples x 256 tokens, 6 steps each; ~2 min                                       (240)
 #   learning_start  the learning run (issue 13), detached with setsid: it outlives this call, but only
 #                   while the machine stays held (at most 30 minutes, and 30 s idle between calls), so
-#                   keep making calls until it is done; carry runs/learn_gpu_synth.tgz to skip synth
+#                   keep making calls until it is done; carry runs/learn_gpu_synth.tgz to skip synth;
+#                   LEARNING_OVERRIDES="synth.solution_style=inline sft.num_steps=1200" passes key=values
 #   learning_status how far the detached learning run is; copies its summary when done
 # A machine is held at most 30 minutes and goes back after 30 s idle: chain the calls. Measured on the
 # H100 (2026-11-25): gpu_tests ~500 s, check_latency 103 s, corpus 223 s, megatron ~350 s; extrapolated
@@ -36,7 +37,7 @@
 set -u
 out=${1:?usage: bash benchmarks/gpu_pending.sh OUT_DIR STEP [STEP ...]}
 shift
-[ $# -gt 0 ] || { sed -n '2,35p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,36p' "$0"; exit 2; }
 py=${PYTHON:-python3}
 work="$out/work"
 mkdir -p "$work"
@@ -89,7 +90,9 @@ for step in "$@"; do
       rm -rf "$learn" && mkdir -p "$learn/run"
       # A synthetic set prepared off the device (carry runs/learn_gpu_synth.tgz): its stage is then skipped.
       [ -f runs/learn_gpu_synth.tgz ] && tar xzf runs/learn_gpu_synth.tgz -C "$learn/run"
-      setsid nohup bash scripts/run_learning.sh configs/learn_synth_gpu.yaml "$learn/run" > "$learn/log" 2>&1 &
+      # shellcheck disable=SC2086  # LEARNING_OVERRIDES is a list of key=value words
+      setsid nohup bash scripts/run_learning.sh configs/learn_synth_gpu.yaml "$learn/run" ${LEARNING_OVERRIDES:-} \
+          > "$learn/log" 2>&1 &
       echo "== learning_start: started (pid $!); poll with the learning_status step" ;;
     learning_status)
       cp "$learn/log" "$work/learning.log" 2>/dev/null
