@@ -79,13 +79,9 @@ class DeviceGate:
                 fcntl.flock(device, mode)
             finally:
                 fcntl.flock(turnstile, fcntl.LOCK_UN)
-            if waited is not None:
-                waited["wait_s"] = round(time.monotonic() - t0, 4)
-                waited["start"] = time.monotonic()
-            yield
+            with _recorded(waited, t0):
+                yield
         finally:
-            if waited is not None and "start" in waited:
-                waited["end"] = time.monotonic()
             fcntl.flock(device, fcntl.LOCK_UN)
             os.close(device)
             os.close(turnstile)
@@ -105,11 +101,21 @@ class DeviceGate:
         fd = self._open("large")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            if waited is not None:
-                waited["wait_s"], waited["start"] = round(time.monotonic() - t0, 4), time.monotonic()
-            yield
+            with _recorded(waited, t0):
+                yield
         finally:
-            if waited is not None and "start" in waited:
-                waited["end"] = time.monotonic()
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+
+@contextlib.contextmanager
+def _recorded(waited: dict | None, t0: float):
+    """With a lock just taken (asked for at t0): fill `waited` with wait_s, start and, on leaving, end."""
+    if waited is None:
+        yield
+        return
+    waited["wait_s"], waited["start"] = round(time.monotonic() - t0, 4), time.monotonic()
+    try:
+        yield
+    finally:
+        waited["end"] = time.monotonic()
