@@ -80,6 +80,21 @@ def stage_configs(cfg: dict, run: Path) -> tuple[dict, dict]:
     return sft, rl
 
 
+def check_prepared_synth(cfg: dict, run: Path) -> None:
+    """A synthetic set already in RUN (prepared off the device) must be the one the config asks for: the
+    pipeline skips its synth stage, so a stale set would otherwise train silently on the wrong problems."""
+    manifest = run / "synth" / "manifest.json"
+    if not manifest.is_file():
+        return
+    made = json.loads(manifest.read_text()).get("config", {})
+    wanted = {"seed": int(cfg.get("seed", 0)), **cfg.get("synth", {})}  # synth.seed pins the data across seeds
+    differ = {k: (made[k], v) for k, v in wanted.items() if k in made and made[k] != v}
+    if differ:
+        detail = ", ".join(f"{k}: set has {a!r}, config asks {b!r}" for k, (a, b) in sorted(differ.items()))
+        raise ConfigError(f"the synthetic set in {manifest.parent} was made with other settings ({detail}); "
+                          "remove it or prepare it with the config's synth flags")
+
+
 def _flag(key: str, value) -> str:
     """A `kbench synth` flag: true -> --key, false -> nothing, lists -> comma lists."""
     name = f"--{key.replace('_', '-')}"
@@ -102,6 +117,7 @@ def main(argv: list[str]) -> int:
     try:
         cfg = load(argv[0], argv[2:])
         run = Path(argv[1])
+        check_prepared_synth(cfg, run)
         sft, rl = stage_configs(cfg, run)
         sft_cfg = from_dict(SFTConfig, sft, "sft")  # validate now: a typo fails before an hour of GPU time
         rl_cfg = from_dict(RLConfig, rl, "rl")

@@ -44,3 +44,23 @@ def test_sft_config_builds_its_conversations(path):
         pytest.skip("reads a JSONL the run makes")
     convs = load_sft_conversations(cfg.data, cfg.kernel_backend, cfg.prompt_style)
     assert convs and "Triton" in convs[0][0]["content"] and convs[0][-1]["role"] == "assistant"
+
+
+def test_learning_config_refuses_a_prepared_synth_set_made_with_other_settings(tmp_path):
+    # run_learning.sh skips its synth stage when RUN/synth exists (a set prepared off the device), so a stale
+    # set (another solution style or seed) would train silently on the wrong problems
+    (tmp_path / "synth").mkdir()
+    (tmp_path / "synth" / "manifest.json").write_text(
+        '{"config": {"n": 12000, "seed": 0, "max_variants": 2, "solution_style": "ssa"}}')
+    script, config = str(REPO / "scripts" / "learning_config.py"), str(REPO / "configs" / "learn_synth_gpu.yaml")
+
+    def run(*overrides):
+        return subprocess.run([sys.executable, script, config, str(tmp_path), *overrides],
+                              capture_output=True, text=True, timeout=120)
+
+    stale = run()
+    assert stale.returncode == 2 and "solution_style: set has 'ssa', config asks 'inline'" in stale.stderr
+    assert run("synth.solution_style=ssa").returncode == 0
+    other_seed = run("synth.solution_style=ssa", "seed=1")
+    assert other_seed.returncode == 2 and "seed: set has 0" in other_seed.stderr
+    assert run("synth.solution_style=ssa", "seed=1", "synth.seed=0").returncode == 0  # the data pinned across seeds
