@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernelbench_compare  # noqa: E402  (beside this file)
 from kbencheval.dataset import load_bundled  # noqa: E402
-from kbencheval.eval.harness import EvalConfig, Evaluator  # noqa: E402
+from kbencheval.eval.harness import EvalConfig, start_evaluators  # noqa: E402
 from kbencheval.eval.config import device_memory_per_evaluator  # noqa: E402
 
 
@@ -120,7 +120,7 @@ def main() -> int:
     cold = cold_start_seconds(args.device)
     t = time.perf_counter()
     cfg = device_memory_per_evaluator(EvalConfig(device=args.device, timing_mode=args.timing_mode), args.workers_per_device)
-    evaluators = [Evaluator(cfg) for _ in range(args.workers_per_device)]
+    evaluators = start_evaluators(cfg, args.workers_per_device)
     startup = time.perf_counter() - t
     rows = {p.key: {"problem": p.key} for p in problems}
     pass_walls, meta = [], {}

@@ -4,6 +4,7 @@ run-time seeds, and EvalConfig's validation."""
 from __future__ import annotations
 
 import dataclasses
+import time
 import types
 
 import pytest
@@ -266,3 +267,41 @@ def test_trials_stream_one_at_a_time_and_timed_outputs_are_judged_after_the_excl
         assert gate["timing"]["end"] <= gate["timed_outputs"]["start"] and all(c.release_memory for c in timed)
     else:  # over budget: judged inside the rounds, where freeing memory would change the judge's wall time
         assert not any(c.release_memory for c in timed)
+
+
+def test_evaluators_start_side_by_side_each_with_its_own_fork_server():
+    from kbencheval.eval.harness import start_evaluators
+
+    evaluators = start_evaluators(EvalConfig(device="cpu", trials=1), 2)
+    try:
+        time.sleep(0.5)  # a server tied to a finished thread (PDEATHSIG) would be dead by now
+        pids = {ev._server.proc.pid for ev in evaluators}
+        assert len(evaluators) == 2 and len(pids) == 2
+        assert all(ev._server.proc.poll() is None for ev in evaluators)
+    finally:
+        for ev in evaluators:
+            ev.close()
+
+
+def test_one_evaluator_that_cannot_start_closes_the_others(monkeypatch):
+    from kbencheval.eval import harness
+
+    made = []
+
+    class Flaky:
+        def __init__(self, cfg, wait_ready=True):
+            assert wait_ready is False  # every server starts before any is waited for
+            self.closed, self.fails = False, len(made) == 1
+            made.append(self)
+
+        def wait_ready(self):
+            if self.fails:
+                raise harness.HarnessError("fork server failed to start")
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(harness, "Evaluator", Flaky)
+    with pytest.raises(harness.HarnessError, match="fork server failed to start"):
+        harness.start_evaluators(EvalConfig(device="cpu"), 3)
+    assert len(made) == 3 and all(ev.closed for ev in made)

@@ -32,7 +32,7 @@ from kbencheval.eval.seeds import RunSeeds, stress_names
 from kbencheval.eval.session import Session, gate_window, kill_group, tail, wait_gone
 from kbencheval.extract import defines_model_new, extract_code, static_check
 
-__all__ = ["EvalConfig", "Evaluator", "HarnessError", "RunSeeds", "bwrap_works"]
+__all__ = ["EvalConfig", "Evaluator", "HarnessError", "RunSeeds", "bwrap_works", "start_evaluators"]
 
 
 class _Conn:
@@ -72,12 +72,17 @@ class Evaluator:
     """Evaluates candidates on one device, one at a time. Several Evaluators may share a GPU: their
     correctness work overlaps, and `gate` lets only one of them time at once (kbencheval/eval/gate.py)."""
 
-    def __init__(self, cfg: EvalConfig | None = None, *, hide_paths: list[str] | None = None):
+    def __init__(self, cfg: EvalConfig | None = None, *, hide_paths: list[str] | None = None,
+                 wait_ready: bool = True):
         self.cfg = cfg or EvalConfig()
         self.cfg.validate()
         self._scratch = Path(tempfile.mkdtemp(prefix="kbench-"))
         self._hide = hide_paths or []
-        self._server = _Server(self.cfg, self._scratch, self._hide)
+        try:
+            self._server = _Server(self.cfg, self._scratch, self._hide, wait=wait_ready)
+        except BaseException:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            raise
         self.gate = DeviceGate(self.cfg.device_index)
         """Shared with every Evaluator on the same physical device: correctness shares it, timing is alone."""
         self.restarts = {"fork_server": 0, "judge": 0}
@@ -104,6 +109,10 @@ class Evaluator:
                 kill_group(pid)
         self._judge = self._judge_pid = self._judge_init = None
 
+    def wait_ready(self) -> None:
+        """For `Evaluator(cfg, wait_ready=False)`: blocks until the fork server is up (HarnessError if it failed)."""
+        self._server.wait_ready()
+
     def close(self):
         self._kill_judge()
         self._server.close()
@@ -117,6 +126,7 @@ class Evaluator:
     def _ensure_server(self):
         """A fork server that died (and the judge with it) is started again before the next candidate."""
         if self._server.proc.poll() is None:
+            self._server.wait_ready()  # an Evaluator made with wait_ready=False
             return
         self._server.close()
         self._kill_judge()
@@ -306,3 +316,23 @@ def _versions() -> dict:
         except ImportError:
             pass
     return out
+
+
+
+def start_evaluators(cfg: EvalConfig, count: int) -> list[Evaluator]:
+    """`count` Evaluators whose fork servers boot side by side: each start waits on the server's imports
+    and device init (9-11 s on an H100), so 8 started one after another held the first reward step for
+    about 70 s. The servers are started from the calling thread, not a thread pool: a fork server dies
+    with the thread that started it (PDEATHSIG). If any fails to start, all are closed and its error
+    is raised."""
+    evaluators: list[Evaluator] = []
+    try:
+        for _ in range(count):
+            evaluators.append(Evaluator(cfg, wait_ready=False))
+        for ev in evaluators:
+            ev.wait_ready()
+    except BaseException:
+        for ev in evaluators:
+            ev.close()
+        raise
+    return evaluators

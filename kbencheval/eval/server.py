@@ -77,7 +77,9 @@ class HarnessError(RuntimeError):
 class _Server:
     """The fork server process and its JSON-lines control pipe."""
 
-    def __init__(self, cfg: EvalConfig, scratch: Path, hide: list[str]):
+    def __init__(self, cfg: EvalConfig, scratch: Path, hide: list[str], wait: bool = True):
+        """Starts the fork server; `wait=False` returns at once and `wait_ready()` waits for it, so
+        several servers boot side by side while the calling thread (their PDEATHSIG parent) stays."""
         # The package must be importable inside the sandbox even when run from a source checkout.
         pkg_root = str(Path(__file__).resolve().parents[2])
         env = sandbox_env(dict(os.environ), scratch=str(scratch), extra_pythonpath=pkg_root, on_cpu=cfg.on_cpu)
@@ -110,17 +112,25 @@ class _Server:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
                                      env=env, start_new_session=True, text=True, bufsize=1)
         self.lock = threading.Lock()
+        self._scratch, self._sandbox_off, self.ready = scratch, cfg.sandbox == "none", False
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        if self.ready:
+            return
         try:
             ready = self._read(timeout=180)
         except HarnessError:
             ready = {}
         if not ready.get("ready"):
             self.close()
-            raise HarnessError(f"fork server failed to start: {tail(scratch / 'forkserver.log', 4)}")
+            raise HarnessError(f"fork server failed to start: {tail(self._scratch / 'forkserver.log', 4)}")
         self.protections += ready.get("layers", [])
         self.missing.update(ready.get("missing", {}))
-        if cfg.sandbox == "none":
+        if self._sandbox_off:
             self.missing["kernel-sandbox"] = "sandbox=none"
+        self.ready = True
 
     def _read(self, timeout: float) -> dict:
         r, _, _ = select.select([self.proc.stdout], [], [], timeout)

@@ -33,9 +33,9 @@ class EvalWorker:
         if eval_cfg.on_cpu:
             os.environ["TRITON_INTERPRET"] = "1"  # Triton kernels run under the interpreter on CPU
         from kbencheval.eval.config import device_memory_per_evaluator
-        from kbencheval.eval.harness import Evaluator
+        from kbencheval.eval.harness import start_evaluators
 
-        self.evaluators = [Evaluator(device_memory_per_evaluator(eval_cfg, evaluators)) for _ in range(evaluators)]
+        self.evaluators = start_evaluators(device_memory_per_evaluator(eval_cfg, evaluators), evaluators)
         self.free: queue.Queue = queue.Queue()
         for evaluator in self.evaluators:
             self.free.put(evaluator)
