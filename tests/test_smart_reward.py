@@ -17,6 +17,7 @@ FORMAT = result("format_error")
 COMPILE_ERR = result("compile_error")
 INCORRECT = result("incorrect", compiled=True)
 CRASHED = result("runtime_error", compiled=True)  # built ModelNew, then forward raised
+HUNG = result("timeout", compiled=True)
 CORRECT_UNTIMED = result("correct", compiled=True, correct=True)
 CORRECT_SLOW = result("correct", compiled=True, correct=True, speedup=0.5)
 CORRECT_1_5 = result("correct", compiled=True, correct=True, speedup=1.5)
@@ -25,7 +26,7 @@ REJECTED = result("rejected", compiled=True, correct=True, speedup=10.0)  # a ch
 
 
 @pytest.mark.parametrize("res, expected", [
-    (FORMAT, 0.0), (COMPILE_ERR, 0.0), (CRASHED, 0.05), (INCORRECT, 0.1), (CORRECT_UNTIMED, 0.3), (CORRECT_SLOW, 0.3),
+    (FORMAT, 0.0), (COMPILE_ERR, 0.0), (CRASHED, 0.05), (HUNG, 0.05), (INCORRECT, 0.1), (CORRECT_UNTIMED, 0.3), (CORRECT_SLOW, 0.3),
     (CORRECT_1_5, 0.8), (CORRECT_5, 2.3),  # 0.3 + min(5 - 1, 2)
 ])
 def test_tritonforge(res, expected):
@@ -50,7 +51,7 @@ def test_staged(res, expected):
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_rejected_is_strictly_lowest(preset):
     cfg = RewardConfig(preset=preset)
-    others = [FORMAT, COMPILE_ERR, CRASHED, INCORRECT, CORRECT_UNTIMED, CORRECT_SLOW, CORRECT_5, None]
+    others = [FORMAT, COMPILE_ERR, CRASHED, HUNG, INCORRECT, CORRECT_UNTIMED, CORRECT_SLOW, CORRECT_5, None]
     assert shaped_reward(REJECTED, cfg) < min(shaped_reward(r, cfg) for r in others)
 
 

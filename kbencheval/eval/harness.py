@@ -318,7 +318,6 @@ def _versions() -> dict:
     return out
 
 
-
 def start_evaluators(cfg: EvalConfig, count: int) -> list[Evaluator]:
     """`count` Evaluators whose fork servers boot side by side: each start waits on the server's imports
     and device init (9-11 s on an H100), so 8 started one after another held the first reward step for

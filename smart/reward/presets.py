@@ -1,7 +1,7 @@
 """Reward shaping: an EvalResult -> a scalar.   pytest tests/test_smart_reward.py
 
 Presets, all with `rejected` (the candidate broke the rules) strictly lowest:
-  tritonforge  0 format/backend failure, 0.05 builds but crashes, 0.1 runs with wrong output, 0.3 correct,
+  tritonforge  0 format/backend failure, 0.05 builds but crashes or hangs, 0.1 runs with wrong output, 0.3 correct,
                + min(speedup - 1, cap) when faster
   kevin        0.3 * correct + speedup * correct                        (Kevin-32B's shaping)
   staged       w_format * formatted + w_compile * compiled + w_correct * correct + w_speed * min(speedup - 1, cap)
@@ -29,10 +29,10 @@ def tritonforge_reward(result: EvalResult, cfg: RewardConfig) -> float:
         return 0.3 + (min(s - 1.0, cfg.speedup_cap) if s is not None and s > 1.0 else 0.0)
     if not result.compiled:
         return 0.0
-    # A crash (wrong forward arity, a Triton compile error at launch) scores below a run with wrong values:
-    # with one credit for both, GRPO drifted to crashing kernels (learning run 4, seed 1: held-out runtime
-    # errors 3 -> 46 of 128, docs/results/learning.md).
-    return 0.05 if result.status == Status.RUNTIME_ERROR else 0.1
+    # A crash or a hang (wrong forward arity, a Triton compile error at launch) scores below a run with wrong
+    # values: with one credit for both, GRPO drifted to crashing kernels (learning run 4, seed 1: held-out
+    # runtime errors 3 -> 46 of 128, docs/results/learning.md).
+    return 0.1 if result.status == Status.INCORRECT else 0.05
 
 
 def kevin_reward(result: EvalResult, cfg: RewardConfig) -> float:
