@@ -86,7 +86,10 @@ def check_prepared_synth(cfg: dict, run: Path) -> None:
     manifest = run / "synth" / "manifest.json"
     if not manifest.is_file():
         return
-    made = json.loads(manifest.read_text()).get("config", {})
+    try:
+        made = json.loads(manifest.read_text()).get("config", {})
+    except (OSError, ValueError, AttributeError) as e:
+        raise ConfigError(f"cannot read {manifest} ({e}); remove {manifest.parent} to make the set again") from None
     wanted = {"seed": int(cfg.get("seed", 0)), **cfg.get("synth", {})}  # synth.seed pins the data across seeds
     differ = {k: (made[k], v) for k, v in wanted.items() if k in made and made[k] != v}
     if differ:

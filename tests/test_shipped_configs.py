@@ -64,3 +64,6 @@ def test_learning_config_refuses_a_prepared_synth_set_made_with_other_settings(t
     other_seed = run("synth.solution_style=ssa", "seed=1")
     assert other_seed.returncode == 2 and "seed: set has 0" in other_seed.stderr
     assert run("synth.solution_style=ssa", "seed=1", "synth.seed=0").returncode == 0  # the data pinned across seeds
+    (tmp_path / "synth" / "manifest.json").write_text("{truncated")
+    unreadable = run()
+    assert unreadable.returncode == 2 and "cannot read" in unreadable.stderr and "Traceback" not in unreadable.stderr

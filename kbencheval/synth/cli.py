@@ -16,6 +16,8 @@ from kbencheval.config import ConfigError
 
 
 def _parser() -> argparse.ArgumentParser:
+    from kbencheval.synth.render import STYLES  # text only: --help stays fast
+
     ap = argparse.ArgumentParser(prog="kbench synth", description="generate synthetic KernelBench problems with "
                                  "Triton solution variants, split train/held-out by operator pairs",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -33,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--sft-variants", default="mix", choices=("canonical", "all", "mix"))
     ap.add_argument("--max-variants", type=int, default=0,
                     help="keep the first K solution variants per problem, canonical first (0: all)")
-    ap.add_argument("--solution-style", default="ssa", choices=("ssa", "inline"),
+    ap.add_argument("--solution-style", default="ssa", choices=STYLES,
                     help="ssa: one statement per operator; inline: one nested expression shaped like PyTorch's")
     ap.add_argument("--verify", action="store_true", help="run every solution variant through the evaluator")
     ap.add_argument("--device", default="cpu", help="evaluator device for --verify: cpu (interpreter) or cuda[:N]")
