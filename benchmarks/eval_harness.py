@@ -60,6 +60,7 @@ def pct(values, q):
 
 def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict) -> None:
     """Every bundled solution once; one thread per Evaluator pulls from a shared queue."""
+    t_pass = time.perf_counter()
     todo: queue.Queue = queue.Queue()
     for p in problems:
         todo.put(p)
@@ -87,6 +88,12 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
                 # of all candidates added up bound the throughput of one device from above.
                 "gate_s": {phase: {"wait_s": w.get("wait_s"), "held_s": round(w["end"] - w["start"], 4)}
                            for phase, w in r.checks.get("device_gate", {}).items() if "end" in w},
+                # Where the exclusive window goes: the rounds' wall clocks and event sums of both sides
+                # (the rest of the window is messages, the bandwidth yardstick and between-round judging).
+                "rounds_s": {key: round(sum(rnd[key] for rnd in r.checks.get("timing_rounds", [])), 4)
+                             for key in ("ref_wall_s", "ref_events_s", "new_wall_s", "new_events_s")},
+                "span_s": [round(t - t_pass, 3), round(t - t_pass + wall, 3)],  # when, within the pass
+                "device_gb": {"worker_peak": r.checks.get("worker_peak_gb"), "judge": r.checks.get("judge_reserved_gb")},
             }
             meta.update(device=r.device, sandbox=r.sandbox)
             print(f"{name} {p.key:<32} {r.status.value:<13} speedup={r.speedup} wall={wall:.2f}s "
@@ -166,6 +173,11 @@ def main() -> int:
         # Timing holds the device alone: no number of Evaluators gets past 60 / (mean exclusive hold) per minute.
         "exclusive_timing_s_median": [statistics.median(v) if v else None for v in exclusive.values()],
         "exclusive_timing_s_total": [round(sum(v), 2) for v in exclusive.values()],
+        # Of those windows: the two sides' rounds (wall, and the events inside them), per pass.
+        "exclusive_rounds_s_total": [{key: round(sum(r[f"pass{n + 1}"]["rounds_s"][key] for r in rows.values()
+                                                     if f"pass{n + 1}" in r), 2)
+                                      for key in ("ref_wall_s", "ref_events_s", "new_wall_s", "new_events_s")}
+                                     for n in range(args.passes)],
         "device_correct_per_pass": [sum(r.get(f"pass{n + 1}", {}).get("status") == "correct" for r in rows.values())
                                     for n in range(args.passes)],
     }

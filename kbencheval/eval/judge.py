@@ -183,6 +183,8 @@ class Judge:
             return {**reply, "mechanism": self.timer.mechanism, "io_bytes": io_bytes,
                     "device_kernels": self.timer.device_kernels}
         times, _ = self.timer.run(msg.trials)  # copies kept and dropped: the same loop as the worker's
+        if self.device.type == "cuda":  # what a timing judge holds on the device (sizing shared GPUs)
+            reply["reserved_bytes"] = torch.cuda.memory_reserved(self.device)
         return {**reply, "ref_us": times}
 
     def reference(self, trial: Trial, cache: bool = True) -> list:

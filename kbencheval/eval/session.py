@@ -36,7 +36,8 @@ FLOOR_FRACTION = 0.5  # a copy kernel is not the peak; half the floor is still p
 # but never these, nor correctness_*: they are the record a user reads, not the candidate's to write.
 HARNESS_KEYS = frozenset({"seeds", "static", "sizes", "stress_trials", "timing_rounds", "timing_trust",
                           "device_kernels", "reference_kernels", "physical_floor_us", "speedup_of_medians",
-                          "device_gate", "harness_restarts", "served_by", "device_oom_retry"})
+                          "device_gate", "harness_restarts", "served_by", "device_oom_retry",
+                          "judge_reserved_gb"})
 
 
 class _Verdict(Exception):
@@ -131,7 +132,10 @@ class Session:
                 for name in order:
                     clock = time.monotonic()
                     if name == "ref":
-                        ref_us = self.judge_timing(TimeReference(spec=spec, trials=trials))["ref_us"]
+                        reply = self.judge_timing(TimeReference(spec=spec, trials=trials))
+                        ref_us = reply["ref_us"]
+                        self.checks["judge_reserved_gb"] = max(self.checks.get("judge_reserved_gb", 0.0),
+                                                               round(reply.get("reserved_bytes", 0) / 2**30, 3))
                     else:
                         new_us = self.ask(RunPhase(phase="time_round", trials=[], timing_trials=trials)).timing["new_us"]
                     walls[name] = time.monotonic() - clock

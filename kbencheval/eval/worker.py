@@ -213,6 +213,8 @@ class CandidateWorker:
             return self.fail(Status.RUNTIME_ERROR, "during timing: " + short_error(e, self.job.candidate_file))
         self.checks["phases_s"]["timed_loop_s"] = self.checks["phases_s"].get("timed_loop_s", 0.0) + \
             time.perf_counter() - clock
+        if self.device.type == "cuda":  # the worker's own report, for sizing shared GPUs; never a verdict input
+            self.checks["worker_peak_gb"] = round(torch.cuda.max_memory_reserved(self.device) / 2**30, 3)
         # The round's tripwire checks run in export_timed, which follows every round: here they would sit
         # inside the harness's wall clock (~5 ms of process checks), which the reference's round lacks.
         self.timed_outputs = dict(zip(request.timing_trials, kept))
