@@ -93,6 +93,8 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
                 "rounds_s": {key: round(sum(rnd[key] for rnd in r.checks.get("timing_rounds", [])), 4)
                              for key in ("ref_wall_s", "ref_events_s", "new_wall_s", "new_events_s")},
                 "span_s": [round(t - t_pass, 3), round(t - t_pass + wall, 3)],  # when, within the pass
+                "timed_iterations": r.runtime_stats.n if r.runtime_stats else None,
+                "device_memory_gb": r.checks.get("device_memory_gb"),
                 "device_gb": {"worker_peak": r.checks.get("worker_peak_gb"), "judge": r.checks.get("judge_reserved_gb")},
             }
             meta.update(device=r.device, sandbox=r.sandbox)
@@ -115,6 +117,10 @@ def main() -> int:
     ap.add_argument("--timing-mode", default="trusted", choices=["trusted", "events", "cuda_graph"])
     ap.add_argument("--workers-per-device", type=int, default=1,
                     help="Evaluators on the device at once (compile/correctness overlap, timing one at a time)")
+    ap.add_argument("--min-iters", type=int, default=EvalConfig.min_iters,
+                    help="trusted timing: iterations before it may stop early (= 100: always 100)")
+    ap.add_argument("--target-rse", type=float, default=EvalConfig.timing_target_rse,
+                    help="trusted timing: stop once the speedup's relative standard error is this (0: never early)")
     ap.add_argument("--compare-kernelbench", metavar="PATH", default="",
                     help="also run KernelBench's own harness (a local checkout) on the same candidates")
     ap.add_argument("--out", default="benchmarks/results/eval_harness.json")
@@ -126,7 +132,8 @@ def main() -> int:
         problems = problems[: args.limit]
     cold = cold_start_seconds(args.device)
     t = time.perf_counter()
-    cfg = device_memory_per_evaluator(EvalConfig(device=args.device, timing_mode=args.timing_mode), args.workers_per_device)
+    cfg = device_memory_per_evaluator(EvalConfig(device=args.device, timing_mode=args.timing_mode, min_iters=args.min_iters,
+                                                 timing_target_rse=args.target_rse), args.workers_per_device)
     evaluators = start_evaluators(cfg, args.workers_per_device)
     startup = time.perf_counter() - t
     rows = {p.key: {"problem": p.key} for p in problems}
@@ -157,6 +164,7 @@ def main() -> int:
         "device": device_name,
         "timing_mode": args.timing_mode,
         "workers_per_device": args.workers_per_device,
+        "timed_iterations": {"max": cfg.iters, "min": cfg.min_iters, "target_rse": cfg.timing_target_rse},
         "timing_gate_wait_median_s": statistics.median(waits) if waits else None,
         "eager_fallbacks": sum("cannot capture" in (r["pass1"].get("timing_trust") or "") for r in rows.values()),
         "sandbox": sandbox,
@@ -173,6 +181,9 @@ def main() -> int:
         # Timing holds the device alone: no number of Evaluators gets past 60 / (mean exclusive hold) per minute.
         "exclusive_timing_s_median": [statistics.median(v) if v else None for v in exclusive.values()],
         "exclusive_timing_s_total": [round(sum(v), 2) for v in exclusive.values()],
+        "timed_iterations_median": [statistics.median(its) if (its := [r[f"pass{n + 1}"]["timed_iterations"]
+                                    for r in rows.values() if r.get(f"pass{n + 1}", {}).get("timed_iterations")])
+                                    else None for n in range(args.passes)],
         # Of those windows: the two sides' rounds (wall, and the events inside them), per pass.
         "exclusive_rounds_s_total": [{key: round(sum(r[f"pass{n + 1}"]["rounds_s"][key] for r in rows.values()
                                                      if f"pass{n + 1}" in r), 2)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
+from kbencheval.eval import gate as gate_module
 from kbencheval.eval.gate import DeviceGate, physical_device_key
 
 
@@ -36,30 +39,65 @@ def test_shared_holders_overlap_and_the_exclusive_one_is_alone(tmp_path):
     assert windows["timing"]["wait_s"] > 0.1  # it waited for the checks already inside
 
 
-def test_large_candidates_take_turns_while_correctness_work_still_shares(tmp_path):
-    gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
-    windows = {}
+GB = 1 << 30
 
-    def large(name, delay):
+
+def _reserve_in_thread(gate, windows, name, nbytes, capacity, seconds, delay=0.0):
+    def hold():
         time.sleep(delay)
         windows[name] = {}
-        with gate.large(windows[name]):
-            with gate.shared(windows.setdefault(name + "_trials", {})):
-                time.sleep(0.2)
+        with gate.reserve(nbytes, capacity, windows[name]):
+            time.sleep(seconds)
+    thread = threading.Thread(target=hold)
+    thread.start()
+    return thread
 
-    def small():
-        time.sleep(0.05)
-        with gate.shared(windows.setdefault("small", {})):
-            time.sleep(0.1)
 
-    threads = [threading.Thread(target=large, args=("a", 0.0)), threading.Thread(target=large, args=("b", 0.02)),
-               threading.Thread(target=small)]
-    for t in threads:
-        t.start()
+def test_candidates_that_fit_the_device_together_run_together_and_the_rest_wait(tmp_path):
+    gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
+    windows = {}
+    threads = [_reserve_in_thread(gate, windows, "a", 30 * GB, 72 * GB, 0.3),
+               _reserve_in_thread(gate, windows, "b", 30 * GB, 72 * GB, 0.3, delay=0.02),
+               _reserve_in_thread(gate, windows, "c", 30 * GB, 72 * GB, 0.3, delay=0.04)]
     for t in threads:
         t.join(10)
-    assert not _overlap(windows["a"], windows["b"]) and windows["b"]["wait_s"] > 0.1  # one large at a time
-    assert _overlap(windows["small"], windows["a_trials"])  # a small candidate's work runs beside a large one
+    assert _overlap(windows["a"], windows["b"])  # 60 of 72 GB: side by side (one lock took turns before)
+    assert windows["c"]["start"] >= windows["a"]["end"]  # a third does not fit: it starts when one ends
+    assert windows["c"]["wait_s"] > 0.15
+    assert gate.reserved() == {"held": {}, "queue": []}  # every reservation given back
+
+
+def test_small_candidates_go_first_while_a_large_one_waits_but_only_for_a_while(tmp_path, monkeypatch):
+    gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
+    windows = {}
+    threads = [_reserve_in_thread(gate, windows, "running", 50 * GB, 72 * GB, 0.4),
+               _reserve_in_thread(gate, windows, "large", 40 * GB, 72 * GB, 0.1, delay=0.05),
+               _reserve_in_thread(gate, windows, "small", 2 * GB, 72 * GB, 0.1, delay=0.1)]
+    for t in threads:
+        t.join(10)
+    assert windows["large"]["start"] >= windows["running"]["end"]  # 90 GB do not fit 72
+    assert _overlap(windows["small"], windows["running"])  # fits now: runs while the large one waits
+
+    monkeypatch.setattr(gate_module, "BYPASS_S", 0.05)  # the large one has waited long enough: no one passes
+    windows = {}
+    threads = [_reserve_in_thread(gate, windows, "running", 50 * GB, 72 * GB, 0.4),
+               _reserve_in_thread(gate, windows, "large", 40 * GB, 72 * GB, 0.1, delay=0.05),
+               _reserve_in_thread(gate, windows, "small", 2 * GB, 72 * GB, 0.1, delay=0.15)]
+    for t in threads:
+        t.join(10)
+    assert windows["small"]["start"] >= windows["large"]["start"]
+
+
+def test_a_candidate_larger_than_the_device_runs_alone_and_a_dead_holder_frees_its_memory(tmp_path):
+    gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
+    windows = {}
+    _reserve_in_thread(gate, windows, "huge", 100 * GB, 72 * GB, 0.05).join(10)
+    assert windows["huge"]["wait_s"] < 0.5  # alone on the device: admitted whatever its estimate
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gate._update(lambda ledger: ledger["held"].update(crashed=[dead.pid, 70 * GB]))  # as a crash leaves it
+    _reserve_in_thread(gate, windows, "next", 30 * GB, 72 * GB, 0.05).join(10)
+    assert windows["next"]["wait_s"] < 0.5  # the crashed holder's 70 GB did not count
 
 
 def test_a_waiting_timer_is_not_starved_by_a_stream_of_checks(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -146,11 +147,49 @@ def test_the_wall_clock_bounds_the_candidates_event_figures():
     assert caught.value.result.status == Status.REJECTED
 
 
-def test_timed_iterations_split_into_at_most_ten_rounds_of_at_least_five():
+def test_timed_iterations_split_into_at_most_twenty_rounds_of_at_least_five():
     from kbencheval.eval.session import round_sizes
 
-    assert round_sizes(100) == [10] * 10 and round_sizes(20) == [5] * 4 and round_sizes(7) == [5, 2]
-    assert round_sizes(1000) == [100] * 10 and round_sizes(3) == [3]
+    assert round_sizes(100) == [5] * 20 and round_sizes(20) == [5] * 4 and round_sizes(7) == [5, 2]
+    assert round_sizes(1000) == [50] * 20 and round_sizes(3) == [3]
+
+
+def _timed(per_round_ratios, size=5):
+    """times and rounds as trusted_timing collects them: every pair in a round at the round's ratio."""
+    times, rounds = {"ref_us": [], "new_us": []}, []
+    for ratio in per_round_ratios:
+        times["ref_us"] += [100.0 * ratio] * size
+        times["new_us"] += [100.0] * size
+        rounds.append({"iters": size})
+    return times, rounds
+
+
+def test_timing_stops_early_only_when_the_speedup_is_already_precise():
+    from kbencheval.eval.protocol import TimingSpec
+    from kbencheval.eval.session import precise_enough
+
+    spec = TimingSpec(iters=100, min_iters=40, target_rse=0.003)
+    steady = [1.30, 1.301, 1.299, 1.30, 1.302, 1.298, 1.30, 1.30]  # 8 rounds of 5 = 40 iterations
+    assert precise_enough(*_timed(steady), spec)
+    assert not precise_enough(*_timed(steady[:6]), spec)  # 30 < min_iters
+    assert not precise_enough(*_timed(steady + [1.3]), spec)  # an odd number of rounds: orders unbalanced
+    noisy = [1.30, 1.36, 1.24, 1.33, 1.27, 1.35, 1.25, 1.30]  # rse ~1.2%: keeps timing
+    assert not precise_enough(*_timed(noisy), spec)
+    assert not precise_enough(*_timed(steady), TimingSpec(iters=100, min_iters=40, target_rse=0.0))  # off
+    assert not precise_enough(*_timed(steady), TimingSpec(iters=100, min_iters=100, target_rse=0.003))
+
+
+def test_a_candidate_reserves_what_its_reference_needs_on_the_device():
+    from kbencheval.eval.config import EvalConfig
+    from kbencheval.eval.harness import CUDA_CONTEXT_BYTES, device_bytes_needed
+
+    gb = 1 << 30
+    cfg = EvalConfig(device="cuda", timing_input_gb=0.75)
+    relu = {"output_bytes": [gb], "input_bytes": gb, "call_peak_bytes": 2 * gb, "model_bytes": 0}
+    tiny = {"output_bytes": [1 << 20], "input_bytes": 1 << 20, "call_peak_bytes": 3 << 20, "model_bytes": 4 << 20}
+    # worker and judge: context, a call's peak, fresh inputs, flush; five kept copies, one pick, the judge's buffer
+    assert device_bytes_needed(relu, cfg) == 2 * (CUDA_CONTEXT_BYTES + 2 * gb + gb + (256 << 20)) + 7 * gb
+    assert device_bytes_needed(tiny, cfg) < 4 * gb  # dozens of small candidates fit an 80 GB device
 
 
 def test_one_round_slowed_by_the_host_is_noise_but_most_rounds_are_not():
@@ -305,3 +344,19 @@ def test_one_evaluator_that_cannot_start_closes_the_others(monkeypatch):
     with pytest.raises(harness.HarnessError, match="fork server failed to start"):
         harness.start_evaluators(EvalConfig(device="cpu"), 3)
     assert len(made) == 3 and all(ev.closed for ev in made)
+
+
+def test_the_judge_lets_go_of_a_problem_when_asked():
+    from kbencheval.eval.judge import Judge
+    from kbencheval.eval.protocol import Prepare, Release, TimeReference, TimingSpec, encode
+
+    source = (Path(__file__).resolve().parents[1] / "kbencheval/problems/level1/1_ReLU.py").read_text()
+    judge = Judge(torch.device("cpu"))
+    prep = judge.prepare(Prepare(problem_source=source, sizes={"batch_size": 2, "dim": 8},
+                                 model_seeds={"init": 1, "model": 2}, trials=[Trial(seed=3)]))
+    assert prep["ok"] and prep["output_bytes"] == [2 * 8 * 4] and judge.refs
+    judge.time_reference(TimeReference(spec=TimingSpec(warmup=1, iters=2), trials=[Trial(seed=4)], setup=True))
+    assert judge.timer is not None
+    assert decode(encode(Release())) == Release()
+    assert judge.release() == {"ok": True}
+    assert judge.timer is None and not judge.refs

@@ -54,7 +54,14 @@ class EvalConfig:
     """What the candidate is compared against: the eager reference or torch.compile of it."""
     warmup: int = 10
     iters: int = 100
-    """Timed calls per model; reference and candidate alternate."""
+    """Timed calls per model; reference and candidate alternate. In trusted mode the most there will be:
+    timing stops after `min_iters` once the speedup is known to `timing_target_rse`."""
+    min_iters: int = 40
+    """Trusted mode: timed calls per model before timing may stop early (capped by iters; = iters: always iters)."""
+    timing_target_rse: float = 0.003
+    """Trusted mode: stop once the relative standard error of the speedup, from the per-round speedups,
+    is at most this (0: never early). On the H100 the bundled suite then stays reproducible to well
+    under 1% (docs/evaluator.md)."""
     timing_input_sets: int = 8
     """Distinct fresh input sets rotated through the timed calls (at least 2, capped by timing_input_gb)."""
     timing_input_gb: float = 6.0
@@ -77,8 +84,12 @@ class EvalConfig:
             raise ConfigError(f"trials={self.trials}: set trials >= 1 (correctness trials per candidate)")
         if self.timeout_s <= 0:
             raise ConfigError(f"timeout_s={self.timeout_s}: set timeout_s > 0")
-        if self.iters < 1 or self.warmup < 0:
-            raise ConfigError(f"iters={self.iters}, warmup={self.warmup}: set iters >= 1 and warmup >= 0")
+        if self.iters < 1 or self.warmup < 0 or self.min_iters < 1:
+            raise ConfigError(f"iters={self.iters}, min_iters={self.min_iters}, warmup={self.warmup}: "
+                              "set iters >= 1, min_iters >= 1 and warmup >= 0")
+        if not 0 <= self.timing_target_rse < 1:
+            raise ConfigError(f"timing_target_rse={self.timing_target_rse}: set 0 <= timing_target_rse < 1 "
+                              "(0: always time iters calls)")
         if self.timing_input_sets < 2:
             raise ConfigError(f"timing_input_sets={self.timing_input_sets}: set timing_input_sets >= 2")
         if self.timing_on_cpu and self.timing_mode != "trusted":

@@ -13,17 +13,24 @@ GPU, two `kbench eval` runs). Timing waits for the work already inside, and new 
 behind a waiting timer (a turnstile), so timing is never starved by a stream of correctness trials.
 Only trusted harness code takes the gate; candidates never see its files.
 
-A third lock, `large()`, admits one large candidate at a time (one whose trial tensors pass its
-Evaluator's share of device memory): its phases still share the device with small candidates, but
-two large ones at once, each with its judge, ran an H100 out of memory.
+`reserve(nbytes, capacity)` admits candidates by device memory: each holds its estimated peak
+(worker and judge together) for its whole evaluation, and a candidate starts only while all
+reservations on the device fit the capacity. Before it, one lock admitted one large candidate at a
+time (two at once, each with its judge, had run an H100 out of memory): the large half of the
+bundled suite then ran one after another, and that sum was the pass time. The reservations live in a
+small JSON ledger beside the locks, changed only under an exclusive `flock`; a holder whose process
+is gone is dropped, so a crash never keeps memory reserved.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
+import json
 import os
 import stat
+import threading
 import time
 from pathlib import Path
 
@@ -60,7 +67,8 @@ class DeviceGate:
         root = Path(lock_dir) if lock_dir else gate_dir()
         key = physical_device_key(device)
         self.paths = {"turnstile": root / f"{key}.turnstile", "device": root / f"{key}.lock",
-                      "large": root / f"{key}.large"}
+                      "ledger_lock": root / f"{key}.ledger.lock"}
+        self.ledger = root / f"{key}.ledger.json"
         for path in self.paths.values():
             path.touch(mode=0o600, exist_ok=True)
 
@@ -95,17 +103,90 @@ class DeviceGate:
         return self._hold(fcntl.LOCK_EX, waited)
 
     @contextlib.contextmanager
-    def large(self, waited: dict | None = None):
-        """Held for a large candidate's whole evaluation: at most one on the device at a time."""
+    def reserve(self, nbytes: int, capacity: int, waited: dict | None = None):
+        """Held for a candidate's whole evaluation: `nbytes` of device memory, admitted once every
+        reservation on the device fits `capacity` (a lone request is admitted whatever its size).
+        Requests are served in order, except that a later one that fits now may start before the
+        first in line while that one has waited less than BYPASS_S: small candidates keep the device
+        busy while a large one waits for room, and after BYPASS_S the large one is next (no starvation)."""
         t0 = time.monotonic()
-        fd = self._open("large")
+        ticket = f"{os.getpid()}-{threading.get_ident()}-{next(_TICKETS)}"
+        self._update(lambda ledger: ledger["queue"].append([ticket, os.getpid(), int(nbytes), time.time()]))
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            while not self._update(lambda ledger: _admit(ledger, ticket, capacity)):
+                time.sleep(RESERVE_POLL_S)
             with _recorded(waited, t0):
                 yield
         finally:
+            self._update(lambda ledger: _drop(ledger, ticket))
+
+    def reserved(self) -> dict:
+        """{"held": {ticket: [pid, bytes]}, "queue": [[ticket, pid, bytes, enqueued], ...]}, live ones only."""
+        return self._update(lambda ledger: {"held": dict(ledger["held"]), "queue": list(ledger["queue"])})
+
+    def _update(self, change):
+        """Applies `change` to the ledger under its lock (dead holders dropped first); returns its result."""
+        fd = self._open("ledger_lock")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            ledger = self._read()
+            alive = {pid for pid in {e[0] for e in ledger["held"].values()} | {e[1] for e in ledger["queue"]}
+                     if _alive(pid)}
+            ledger["held"] = {t: e for t, e in ledger["held"].items() if e[0] in alive}
+            ledger["queue"] = [e for e in ledger["queue"] if e[1] in alive]
+            result = change(ledger)
+            tmp = self.ledger.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(ledger))
+            os.replace(tmp, self.ledger)
+            return result
+        finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+    def _read(self) -> dict:
+        try:
+            ledger = json.loads(self.ledger.read_text())
+            if isinstance(ledger.get("held"), dict) and isinstance(ledger.get("queue"), list):
+                return ledger
+        except (OSError, ValueError, AttributeError):
+            pass  # none yet, or torn by a crash: the live holders re-register nothing, so start empty
+        return {"held": {}, "queue": []}
+
+
+RESERVE_POLL_S = 0.02
+BYPASS_S = 5.0  # how long the first in line lets later, smaller requests go first
+_TICKETS = itertools.count()
+
+
+def _admit(ledger: dict, ticket: str, capacity: int) -> bool:
+    """Moves `ticket` from the queue to the holders if it may start now (see DeviceGate.reserve)."""
+    used = sum(nbytes for _, nbytes in ledger["held"].values())
+    for position, (t, pid, nbytes, _) in enumerate(ledger["queue"]):
+        if t != ticket:
+            continue
+        first_waited = time.time() - ledger["queue"][0][3]
+        fits = used + nbytes <= capacity or not ledger["held"]
+        if fits and (position == 0 or (first_waited < BYPASS_S and ledger["held"])):
+            ledger["queue"].pop(position)
+            ledger["held"][ticket] = [pid, nbytes]
+            return True
+        return False
+    raise RuntimeError(f"device memory reservation {ticket} vanished from the ledger")
+
+
+def _drop(ledger: dict, ticket: str) -> None:
+    ledger["held"].pop(ticket, None)
+    ledger["queue"] = [e for e in ledger["queue"] if e[0] != ticket]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @contextlib.contextmanager

@@ -24,12 +24,12 @@ from pathlib import Path
 from kbencheval.dataset import Problem
 from kbencheval.eval.config import EvalConfig
 from kbencheval.eval.gate import DeviceGate
-from kbencheval.eval.protocol import CandidateJob, JudgeJob, Prepare, TimingSpec, decode, encode
+from kbencheval.eval.protocol import CandidateJob, JudgeJob, Prepare, Release, TimingSpec, decode, encode
 from kbencheval.eval.result import EvalResult, Status, feedback_text
 from kbencheval.eval.sandbox.env import scrub
 from kbencheval.eval.server import HarnessError, _Server, bwrap_args, bwrap_profile, bwrap_works  # noqa: F401
 from kbencheval.eval.seeds import RunSeeds, stress_names
-from kbencheval.eval.session import Session, gate_window, kill_group, tail, wait_gone
+from kbencheval.eval.session import Session, gate_window, kill_group, round_sizes, tail, wait_gone
 from kbencheval.extract import defines_model_new, extract_code, static_check
 
 __all__ = ["EvalConfig", "Evaluator", "HarnessError", "RunSeeds", "bwrap_works", "start_evaluators"]
@@ -255,13 +255,24 @@ class Evaluator:
         # Stress trials count only where the reference stays finite.
         trials = [t for t in trials if not t.stress or t.key not in prep["not_finite"]]
         checks["stress_trials"] = [t.stress for t in trials if t.stress]
-        trial_bytes = sum(prep["output_bytes"]) + prep.get("input_bytes", 0)
-        if cfg.on_cpu or trial_bytes <= cfg.timing_input_gb * 2**30:
+        if cfg.on_cpu:
             return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep["output_bytes"], checks)
-        # A large candidate (one trial's tensors past this Evaluator's share of device memory) waits for
-        # any other large one on the device to finish; small ones still run beside it.
-        with self.gate.large(gate_window(checks, "large")):
-            return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep["output_bytes"], checks)
+        # The candidate starts once its device memory fits beside the others' on this GPU (gate.reserve).
+        need = device_bytes_needed(prep, cfg)
+        capacity = int(DEVICE_MEMORY_FRACTION * prep.get("device_total_bytes", need))
+        checks["device_memory_gb"] = {"reserved": round(need / 2**30, 2), "capacity": round(capacity / 2**30, 2)}
+        with self.gate.reserve(need, capacity, gate_window(checks, "memory")):
+            try:
+                return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep["output_bytes"], checks)
+            finally:
+                if sum(prep["output_bytes"]) + prep.get("input_bytes", 0) > cfg.timing_input_gb * 2**30:
+                    self._release_judge()  # a large problem's timer and outputs: not left behind, unreserved
+
+    def _release_judge(self) -> None:
+        try:
+            self._judge_call(Release())
+        except HarnessError:
+            pass  # a dead judge holds nothing; the next candidate starts a new one
 
     def _run_candidate(self, problem, code, backend, seeds, sizes, trials, output_bytes, checks) -> EvalResult:
         cfg = self.cfg
@@ -276,7 +287,8 @@ class Evaluator:
             poison_bytes=output_bytes,
             memory_limit_bytes=int(cfg.memory_limit_gb * 2**30) if cfg.on_cpu else 0,
             timing=TimingSpec(enabled=cfg.timing and (not cfg.on_cpu or cfg.timing_on_cpu), mode=cfg.timing_mode,
-                              warmup=cfg.warmup, iters=cfg.iters, l2_flush_bytes=cfg.l2_flush_mb * 2**20,
+                              warmup=cfg.warmup, iters=cfg.iters, min_iters=cfg.min_iters,
+                              target_rse=cfg.timing_target_rse, l2_flush_bytes=cfg.l2_flush_mb * 2**20,
                               baseline=cfg.baseline, input_budget_bytes=int(cfg.timing_input_gb * 2**30)))
         tolerance = dict(problem.tolerance)
         tolerance.update({k: v for k, v in (("atol", cfg.atol), ("rtol", cfg.rtol)) if v is not None})
@@ -299,6 +311,27 @@ class Evaluator:
             except HarnessError:
                 pass  # the fork server died: _ensure_server starts a new one before the next candidate
             shutil.rmtree(job_dir, ignore_errors=True)
+
+
+# Of the GPU's memory, what the candidates' reservations may add up to: the rest is for the CUDA
+# contexts of idle judges (one per Evaluator) and the allocators' fragmentation.
+DEVICE_MEMORY_FRACTION = 0.9
+CUDA_CONTEXT_BYTES = 1 << 30  # per process; a context on an H100 takes about 0.5 GB, cuBLAS adds workspace
+
+
+def device_bytes_needed(prep: dict, cfg: EvalConfig) -> int:
+    """A candidate's device memory at its peak, worker and judge together, from what the judge measured
+    for the reference (`call_peak_bytes`: one call's inputs, intermediates and outputs; the model's
+    weights). Each side holds its model, a call's peak in the timer, a fresh input set per iteration
+    and an L2 flush buffer; the worker also keeps a round's output copies for the judge (the largest
+    item for 1 GB outputs) and the picked ones not judged yet (at most the timing budget, or one). An
+    estimate: a candidate that uses more than its reference can still run out, and is then re-run
+    with the device to itself (`device_oom_retry`)."""
+    outputs, inputs = sum(prep["output_bytes"]), prep.get("input_bytes", 0)
+    call = prep.get("call_peak_bytes", inputs + outputs)
+    per_side = CUDA_CONTEXT_BYTES + prep.get("model_bytes", 0) + call + inputs + cfg.l2_flush_mb * 2**20
+    kept = round_sizes(cfg.iters)[0] * outputs + max(outputs, int(cfg.timing_input_gb * 2**30))
+    return int(2 * per_side + kept + outputs)  # + outputs: the judge's copy buffer
 
 
 def _device_out_of_memory(result: EvalResult) -> bool:

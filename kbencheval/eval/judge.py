@@ -17,7 +17,8 @@ import torch
 from kbencheval.eval.errors import short_error
 from kbencheval.eval.inputs import as_tensor_list, build_model, device_name, load_problem_module, make_inputs, \
     pin_global_flags, sync
-from kbencheval.eval.protocol import Channel, Compare, JudgeJob, OutputItem, Prepare, ProtocolError, TimeReference, Trial
+from kbencheval.eval.protocol import (Channel, Compare, JudgeJob, OutputItem, Prepare, ProtocolError, Release, TimeReference,
+                                      Trial)
 from kbencheval.eval.timing import Timer, measure_bandwidth_gbs
 from kbencheval.eval.transfer import import_tensors
 
@@ -129,15 +130,35 @@ class Judge:
             self.model = build_model(self.module.Model, self.module, msg.model_seeds, self.device)
             self.key = key
         not_finite, output_bytes = [], []
+        if self.device.type == "cuda":  # the peak of one reference call, inputs to outputs: sizes the reservation
+            sync(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            baseline = torch.cuda.memory_allocated(self.device)
         for trial in msg.trials:
             out = self.reference(trial)
             if any(isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all())
                    for t in out):
                 not_finite.append(trial.key)
             output_bytes = [t.numel() * t.element_size() for t in out if isinstance(t, torch.Tensor)]
+        reply = {"ok": True, "device_name": device_name(self.device), "output_bytes": output_bytes,
+                 "input_bytes": self.input_bytes, "not_finite": not_finite}
+        if self.device.type == "cuda":
+            # Over all trials, cached outputs included: at most the judge's cache above one call's peak.
+            reply["call_peak_bytes"] = torch.cuda.max_memory_allocated(self.device) - baseline
+            reply["model_bytes"] = sum(t.numel() * t.element_size()
+                                       for t in [*self.model.parameters(), *self.model.buffers()])
+            reply["device_total_bytes"] = torch.cuda.get_device_properties(self.device).total_memory
         self.release_memory()
-        return {"ok": True, "device_name": device_name(self.device), "output_bytes": output_bytes,
-                "input_bytes": self.input_bytes, "not_finite": not_finite}
+        return reply
+
+    def release(self) -> dict:
+        """Drops the problem's timer and cached outputs: after a large candidate, an idle judge would
+        otherwise keep gigabytes that no reservation accounts for."""
+        self.refs.clear()
+        self.timer = self.timer_key = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return {"ok": True}
 
     def compare(self, msg: Compare) -> dict:
         if wrong := check_items(msg.expected, msg.items):
@@ -182,7 +203,7 @@ class Judge:
             # The reference's graph kernels: the harness's evidence that listing them works on this device.
             return {**reply, "mechanism": self.timer.mechanism, "io_bytes": io_bytes,
                     "device_kernels": self.timer.device_kernels}
-        times, _ = self.timer.run(msg.trials)  # copies kept and dropped: the same loop as the worker's
+        times, _ = self.timer.run(msg.trials, keep=False)  # the worker's loop, copies into one buffer
         if self.device.type == "cuda":  # what a timing judge holds on the device (sizing shared GPUs)
             reply["reserved_bytes"] = torch.cuda.memory_reserved(self.device)
         return {**reply, "ref_us": times}
@@ -221,6 +242,8 @@ def run_judge(job: JudgeJob, sock) -> None:
                 reply = judge.compare(msg)
             elif isinstance(msg, TimeReference):
                 reply = judge.time_reference(msg)
+            elif isinstance(msg, Release):
+                reply = judge.release()
             else:
                 raise ProtocolError(f"the judge does not answer {type(msg).__name__}")
         except Exception as e:  # a bad descriptor or reference failure must not kill the judge

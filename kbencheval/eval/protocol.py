@@ -55,7 +55,9 @@ class TimingSpec:
     enabled: bool = False
     mode: str = "trusted"  # trusted | events | cuda_graph (the last two: eager, inside the worker)
     warmup: int = 10
-    iters: int = 100
+    iters: int = 100  # trusted mode: the most timed iterations per model; events / cuda_graph: exactly these
+    min_iters: int = 100  # trusted mode: stop after these once the speedup is known to `target_rse`
+    target_rse: float = 0.0
     l2_flush_bytes: int = 256 << 20
     baseline: str = "eager"
     input_budget_bytes: int = 6 << 30
@@ -189,8 +191,15 @@ class TimeReference:
     type: str = "time_reference"
 
 
+@dataclasses.dataclass(kw_only=True)
+class Release:
+    """Drop the problem's timer and cached reference outputs (after a large candidate)."""
+
+    type: str = "release"
+
+
 _MESSAGES = {cls.__dataclass_fields__["type"].default: cls
-             for cls in (Ready, Failure, Outputs, RunPhase, Prepare, Compare, TimeReference)}
+             for cls in (Ready, Failure, Outputs, RunPhase, Prepare, Compare, TimeReference, Release)}
 
 
 def encode(msg) -> bytes:

@@ -21,8 +21,9 @@ from kbencheval.eval.result import EvalResult, Status, TimingStats
 from kbencheval.eval.seeds import RunSeeds
 
 # Timed iterations are split into rounds that alternate between the judge and the worker: at most
-# MAX_ROUNDS (each costs messages and a judged output), of at least MIN_ROUND iterations.
-MAX_ROUNDS, MIN_ROUND = 10, 5
+# MAX_ROUNDS (each costs messages and a judged output), of at least MIN_ROUND iterations. A round's
+# size is also how many output copies the worker keeps, so small rounds keep device memory small.
+MAX_ROUNDS, MIN_ROUND = 20, 5
 # Generous: the bound catches forged figures, not noise. A round contradicts the candidate's figures when
 # its events explain under WALL_FRACTION of the wall time the reference's loop does not account for; the
 # candidate is rejected when most rounds do (a lone round slowed by host load is noise, seen on the H100
@@ -126,6 +127,8 @@ class Session:
             # The floor's yardstick: measured once per judge, with the device to itself.
             bandwidth = self.judge_timing(TimeReference(spec=spec, trials=[], bandwidth=True))["bandwidth_gbs"]
             for r, size in enumerate(round_sizes(spec.iters)):
+                if precise_enough(times, rounds, spec):
+                    break
                 trials = fresh(size)
                 order = ("ref", "new") if r % 2 == 0 else ("new", "ref")  # alternate to cancel drift
                 walls = {}
@@ -141,7 +144,7 @@ class Session:
                     walls[name] = time.monotonic() - clock
                 if len(new_us) != len(trials) or not all(isinstance(t, (int, float)) and t > 0 for t in new_us):
                     raise ProtocolError("timing figures that do not match the timed iterations")
-                rounds.append({"ref_wall_s": round(walls["ref"], 6), "ref_events_s": round(sum(ref_us) / 1e6, 6),
+                rounds.append({"iters": size, "ref_wall_s": round(walls["ref"], 6), "ref_events_s": round(sum(ref_us) / 1e6, 6),
                                "new_wall_s": round(walls["new"], 6), "new_events_s": round(sum(new_us) / 1e6, 6)})
                 times["ref_us"] += ref_us
                 times["new_us"] += new_us
@@ -299,9 +302,26 @@ class Session:
 
 
 def round_sizes(iters: int) -> list[int]:
-    """100 iterations -> 10 rounds of 10; 20 -> 4 of 5; 7 -> 5 + 2 (the bound needs several rounds)."""
+    """100 iterations -> 20 rounds of 5; 7 -> 5 + 2; 1000 -> 20 of 50 (the bound needs several rounds)."""
     size = max(MIN_ROUND, -(-iters // MAX_ROUNDS))
     return [min(size, iters - start) for start in range(0, iters, size)]
+
+
+def precise_enough(times: dict, rounds: list, spec) -> bool:
+    """Stop timing before the next round? Only after `spec.min_iters` iterations and an even number of
+    rounds (each order, reference first and candidate first, equally often), once the per-round
+    speedups (median of the round's paired ratios) put the speedup's relative standard error within
+    `spec.target_rse`. A noisy kernel gets up to `spec.iters`; a steady one stops early."""
+    done = len(times["new_us"])
+    if not spec.target_rse or done < min(spec.min_iters, spec.iters) or len(rounds) % 2 or len(rounds) < 4:
+        return False
+    per_round, start = [], 0
+    for r in rounds:
+        pairs = zip(times["ref_us"][start:start + r["iters"]], times["new_us"][start:start + r["iters"]])
+        per_round.append(statistics.median(ref / new for ref, new in pairs))
+        start += r["iters"]
+    rse = statistics.stdev(per_round) / (len(per_round) ** 0.5 * statistics.fmean(per_round))
+    return rse <= spec.target_rse
 
 
 def gate_window(checks: dict, phase: str) -> dict:
