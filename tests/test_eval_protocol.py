@@ -184,11 +184,12 @@ def test_a_candidate_reserves_what_its_reference_needs_on_the_device():
     from kbencheval.eval.harness import CUDA_CONTEXT_BYTES, device_bytes_needed
 
     gb = 1 << 30
-    cfg = EvalConfig(device="cuda", timing_input_gb=0.75)
+    cfg = EvalConfig(device="cuda", timing_input_gb=0.75, judge_cache_gb=1.0)
     relu = {"output_bytes": [gb], "input_bytes": gb, "call_peak_bytes": 2 * gb, "model_bytes": 0}
     tiny = {"output_bytes": [1 << 20], "input_bytes": 1 << 20, "call_peak_bytes": 3 << 20, "model_bytes": 4 << 20}
-    # worker and judge: context, a call's peak, fresh inputs, flush; five kept copies, one pick, the judge's buffer
-    assert device_bytes_needed(relu, cfg) == 2 * (CUDA_CONTEXT_BYTES + 2 * gb + gb + (256 << 20)) + 7 * gb
+    # worker and judge: context, a call's peak, fresh inputs, flush; five kept copies and one pick; the
+    # judge's cached outputs (its 1 GB share) and copy buffer
+    assert device_bytes_needed(relu, cfg) == 2 * (CUDA_CONTEXT_BYTES + 2 * gb + gb + (256 << 20)) + 6 * gb + 2 * gb
     assert device_bytes_needed(tiny, cfg) < 4 * gb  # dozens of small candidates fit an 80 GB device
 
 

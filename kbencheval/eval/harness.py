@@ -28,7 +28,7 @@ from kbencheval.eval.protocol import CandidateJob, JudgeJob, Prepare, Release, T
 from kbencheval.eval.result import EvalResult, Status, feedback_text
 from kbencheval.eval.sandbox.env import scrub
 from kbencheval.eval.server import HarnessError, _Server, bwrap_args, bwrap_profile, bwrap_works  # noqa: F401
-from kbencheval.eval.seeds import RunSeeds, stress_names
+from kbencheval.eval.seeds import STRESS_NAMES, RunSeeds, stress_names
 from kbencheval.eval.session import Session, gate_window, kill_group, round_sizes, tail, wait_gone
 from kbencheval.extract import defines_model_new, extract_code, static_check
 
@@ -324,14 +324,16 @@ def device_bytes_needed(prep: dict, cfg: EvalConfig) -> int:
     for the reference (`call_peak_bytes`: one call's inputs, intermediates and outputs; the model's
     weights). Each side holds its model, a call's peak in the timer, a fresh input set per iteration
     and an L2 flush buffer; the worker also keeps a round's output copies for the judge (the largest
-    item for 1 GB outputs) and the picked ones not judged yet (at most the timing budget, or one). An
-    estimate: a candidate that uses more than its reference can still run out, and is then re-run
-    with the device to itself (`device_oom_retry`)."""
+    item for 1 GB outputs) and the picked ones not judged yet (at most the timing budget, or one); the
+    judge also its cached reference outputs and its copy buffer. An estimate: a candidate that uses
+    more than its reference can still run out, and is then re-run with the device to itself
+    (`device_oom_retry`)."""
     outputs, inputs = sum(prep["output_bytes"]), prep.get("input_bytes", 0)
     call = prep.get("call_peak_bytes", inputs + outputs)
     per_side = CUDA_CONTEXT_BYTES + prep.get("model_bytes", 0) + call + inputs + cfg.l2_flush_mb * 2**20
-    kept = round_sizes(cfg.iters)[0] * outputs + max(outputs, int(cfg.timing_input_gb * 2**30))
-    return int(2 * per_side + kept + outputs)  # + outputs: the judge's copy buffer
+    worker = round_sizes(cfg.iters)[0] * outputs + max(outputs, int(cfg.timing_input_gb * 2**30))
+    judge = min(int(cfg.judge_cache_gb * 2**30), (cfg.trials + len(STRESS_NAMES)) * outputs) + outputs
+    return int(2 * per_side + worker + judge)
 
 
 def _device_out_of_memory(result: EvalResult) -> bool:

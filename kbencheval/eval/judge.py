@@ -129,13 +129,15 @@ class Judge:
             self.module = load_problem_module(msg.problem_source, msg.sizes)
             self.model = build_model(self.module.Model, self.module, msg.model_seeds, self.device)
             self.key = key
-        not_finite, output_bytes = [], []
-        if self.device.type == "cuda":  # the peak of one reference call, inputs to outputs: sizes the reservation
-            sync(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            baseline = torch.cuda.memory_allocated(self.device)
+        not_finite, output_bytes, call_peak = [], [], 0
         for trial in msg.trials:
+            if self.device.type == "cuda" and not call_peak:  # one call, inputs to outputs: sizes the reservation
+                sync(self.device)
+                torch.cuda.reset_peak_memory_stats(self.device)
+                baseline = torch.cuda.memory_allocated(self.device)
             out = self.reference(trial)
+            if self.device.type == "cuda" and not call_peak:
+                call_peak = torch.cuda.max_memory_allocated(self.device) - baseline
             if any(isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all())
                    for t in out):
                 not_finite.append(trial.key)
@@ -143,8 +145,7 @@ class Judge:
         reply = {"ok": True, "device_name": device_name(self.device), "output_bytes": output_bytes,
                  "input_bytes": self.input_bytes, "not_finite": not_finite}
         if self.device.type == "cuda":
-            # Over all trials, cached outputs included: at most the judge's cache above one call's peak.
-            reply["call_peak_bytes"] = torch.cuda.max_memory_allocated(self.device) - baseline
+            reply["call_peak_bytes"] = call_peak
             reply["model_bytes"] = sum(t.numel() * t.element_size()
                                        for t in [*self.model.parameters(), *self.model.buffers()])
             reply["device_total_bytes"] = torch.cuda.get_device_properties(self.device).total_memory
