@@ -154,7 +154,7 @@ class DeviceGate:
 
 
 RESERVE_POLL_S = 0.02
-BYPASS_S = 5.0  # how long the first in line lets later, smaller requests go first
+BYPASS_S = 15.0  # how long the first in line lets later, smaller requests go first (about two candidates)
 _TICKETS = itertools.count()
 
 
