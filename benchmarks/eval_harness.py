@@ -158,8 +158,6 @@ def main() -> int:
             deltas.append(d)
     speedups = [r["pass1"]["speedup"] for r in rows.values() if r["pass1"]["speedup"]]
     waits = [r["pass1"]["timing_gate_wait_s"] for r in rows.values() if r["pass1"].get("timing_gate_wait_s") is not None]
-    exclusive = {f"pass{n + 1}": [r[f"pass{n + 1}"]["gate_s"]["timing"]["held_s"] for r in rows.values()
-                                  if "timing" in r.get(f"pass{n + 1}", {}).get("gate_s", {})] for n in range(args.passes)}
     summary = {
         "device": device_name,
         "timing_mode": args.timing_mode,
@@ -178,19 +176,7 @@ def main() -> int:
         "cold_process_start_s": round(cold, 3),
         "evaluator_startup_s": round(startup, 3),
         "throughput_candidates_per_min": [round(60 * len(problems) / w, 2) for w in pass_walls],
-        # Timing holds the device alone: no number of Evaluators gets past 60 / (mean exclusive hold) per minute.
-        "exclusive_timing_s_median": [statistics.median(v) if v else None for v in exclusive.values()],
-        "exclusive_timing_s_total": [round(sum(v), 2) for v in exclusive.values()],
-        "timed_iterations_median": [statistics.median(its) if (its := [r[f"pass{n + 1}"]["timed_iterations"]
-                                    for r in rows.values() if r.get(f"pass{n + 1}", {}).get("timed_iterations")])
-                                    else None for n in range(args.passes)],
-        # Of those windows: the two sides' rounds (wall, and the events inside them), per pass.
-        "exclusive_rounds_s_total": [{key: round(sum(r[f"pass{n + 1}"]["rounds_s"][key] for r in rows.values()
-                                                     if f"pass{n + 1}" in r), 2)
-                                      for key in ("ref_wall_s", "ref_events_s", "new_wall_s", "new_events_s")}
-                                     for n in range(args.passes)],
-        "device_correct_per_pass": [sum(r.get(f"pass{n + 1}", {}).get("status") == "correct" for r in rows.values())
-                                    for n in range(args.passes)],
+        **per_pass_figures(rows, args.passes),
     }
     if kb_root is not None:
         summary |= compare_with_kernelbench(kb_root, problems, rows, args.device)
@@ -201,6 +187,25 @@ def main() -> int:
     print_table(rows, summary)
     print(f"\nwrote {out}")
     return 0
+
+
+def per_pass_figures(rows: dict, passes: int) -> dict:
+    """Per pass: the exclusive timing windows (timing holds the device alone, so no number of
+    Evaluators gets past 60 / mean hold per minute), what the rounds inside them took, how many
+    iterations were timed and how many verdicts were correct."""
+    runs = [[r[f"pass{n + 1}"] for r in rows.values() if f"pass{n + 1}" in r] for n in range(passes)]
+    exclusive = [[run["gate_s"]["timing"]["held_s"] for run in pass_runs if "timing" in run["gate_s"]]
+                 for pass_runs in runs]
+    iterations = [[run["timed_iterations"] for run in pass_runs if run.get("timed_iterations")] for pass_runs in runs]
+    return {
+        "exclusive_timing_s_median": [statistics.median(v) if v else None for v in exclusive],
+        "exclusive_timing_s_total": [round(sum(v), 2) for v in exclusive],
+        "timed_iterations_median": [statistics.median(v) if v else None for v in iterations],
+        "exclusive_rounds_s_total": [{key: round(sum(run["rounds_s"][key] for run in pass_runs), 2)
+                                      for key in ("ref_wall_s", "ref_events_s", "new_wall_s", "new_events_s")}
+                                     for pass_runs in runs],
+        "device_correct_per_pass": [sum(run["status"] == "correct" for run in pass_runs) for pass_runs in runs],
+    }
 
 
 def compare_with_kernelbench(root: Path, problems: list, rows: dict, device: str) -> dict:
