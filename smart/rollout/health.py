@@ -15,6 +15,7 @@ engines/alive, engines/restarts and engines/drops.
 from __future__ import annotations
 
 import sys
+import time
 
 import ray
 
@@ -38,6 +39,8 @@ class EngineFleet:
         # Answered once: from then on a ping has health_timeout_s. An embedded engine (one with a slot) loads
         # its model inside its actor; an SGLang engine is a client of a server that is already up.
         self.started = [not kind.needs_slots] * len(self.engines)
+        # An engine that has not answered yet has one start ping in flight, across checks: (ref, sent at).
+        self.start_pings: list = [None] * len(self.engines)
         self.packed, self.version = None, 0  # what the last sync pushed (None: the engines' own start weights)
         self.restarts = self.drops = 0
 
@@ -62,11 +65,32 @@ class EngineFleet:
         return self.metrics()
 
     def dead(self, timeout_s: float) -> list[tuple[int, str]]:
-        """(index, why) of each engine that did not answer a ping within timeout_s, or within
-        START_TIMEOUT_S if it has never answered (it may still be starting)."""
-        found = dict(self._ping([i for i, ok in enumerate(self.started) if not ok], START_TIMEOUT_S))
-        found.update(self._ping([i for i in range(len(self.engines)) if i not in found], timeout_s))
+        """(index, why) of each engine that did not answer a ping within timeout_s, or, if it has never
+        answered (it may still be starting), whose start ping found it dead or went unanswered for
+        START_TIMEOUT_S. A starting engine never holds up the check of the others."""
+        found = dict(self._starting())
+        found.update(self._ping([i for i, ok in enumerate(self.started) if ok and i not in found], timeout_s))
         return sorted(found.items())
+
+    def _starting(self) -> list[tuple[int, str]]:
+        """Looks at (or sends) each unstarted engine's start ping without waiting for it."""
+        found = []
+        for i in [i for i, ok in enumerate(self.started) if not ok]:
+            if self.start_pings[i] is None:
+                self.start_pings[i] = (self.engines[i].health.remote(START_TIMEOUT_S), time.monotonic())
+            ref, sent = self.start_pings[i]
+            ready, _ = ray.wait([ref], timeout=0)
+            if not ready:
+                if time.monotonic() - sent > START_TIMEOUT_S + 1.0:
+                    found.append((i, f"no answer within {START_TIMEOUT_S:g}s of its start"))
+                continue
+            self.start_pings[i] = None
+            try:
+                ray.get(ref)
+                self.started[i] = True
+            except Exception as exc:  # it died while starting
+                found.append((i, _one_line(exc)))
+        return found
 
     def _ping(self, indices: list[int], timeout_s: float) -> list[tuple[int, str]]:
         if not indices:
@@ -90,7 +114,7 @@ class EngineFleet:
         if self.kind.on_dead == "restart" and self.restarts < self.rc.max_engine_restarts:
             ray.kill(engine)  # a hung actor frees its slot; a dead one is already gone
             self.engines[i] = self._restart(self.slots[i])  # waits for its start: it has answered
-            self.started[i] = True
+            self.started[i], self.start_pings[i] = True, None
             self.restarts += 1
             _warn(f"rollout engine {i} was dead ({reason}); restarted it with weights version {self.version}")
             return
@@ -99,7 +123,7 @@ class EngineFleet:
         except Exception as exc:  # a dead actor cannot retire; the router's own checks will mark its server
             _warn(f"rollout engine {i} could not retire ({_one_line(exc)})")
         ray.kill(engine)
-        del self.engines[i], self.slots[i], self.started[i]
+        del self.engines[i], self.slots[i], self.started[i], self.start_pings[i]
         self.drops += 1
         _warn(f"rollout engine {i} was dead ({reason}); dropped it, {len(self.engines)} engine(s) left")
 
