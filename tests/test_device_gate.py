@@ -67,24 +67,24 @@ def test_candidates_that_fit_the_device_together_run_together_and_the_rest_wait(
     assert gate.reserved() == {"held": {}, "queue": []}  # every reservation given back
 
 
+def _large_waits_beside_small(gate, small_delay: float) -> dict:
+    """50 GB running, then a 40 GB request (90 GB do not fit 72), then a 2 GB one after `small_delay`."""
+    windows = {}
+    threads = [_reserve_in_thread(gate, windows, "running", 50 * GB, 72 * GB, 0.4),
+               _reserve_in_thread(gate, windows, "large", 40 * GB, 72 * GB, 0.1, delay=0.05),
+               _reserve_in_thread(gate, windows, "small", 2 * GB, 72 * GB, 0.1, delay=small_delay)]
+    for t in threads:
+        t.join(10)
+    assert windows["large"]["start"] >= windows["running"]["end"]
+    return windows
+
+
 def test_small_candidates_go_first_while_a_large_one_waits_but_only_for_a_while(tmp_path, monkeypatch):
     gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
-    windows = {}
-    threads = [_reserve_in_thread(gate, windows, "running", 50 * GB, 72 * GB, 0.4),
-               _reserve_in_thread(gate, windows, "large", 40 * GB, 72 * GB, 0.1, delay=0.05),
-               _reserve_in_thread(gate, windows, "small", 2 * GB, 72 * GB, 0.1, delay=0.1)]
-    for t in threads:
-        t.join(10)
-    assert windows["large"]["start"] >= windows["running"]["end"]  # 90 GB do not fit 72
+    windows = _large_waits_beside_small(gate, small_delay=0.1)
     assert _overlap(windows["small"], windows["running"])  # fits now: runs while the large one waits
-
     monkeypatch.setattr(gate_module, "BYPASS_S", 0.05)  # the large one has waited long enough: no one passes
-    windows = {}
-    threads = [_reserve_in_thread(gate, windows, "running", 50 * GB, 72 * GB, 0.4),
-               _reserve_in_thread(gate, windows, "large", 40 * GB, 72 * GB, 0.1, delay=0.05),
-               _reserve_in_thread(gate, windows, "small", 2 * GB, 72 * GB, 0.1, delay=0.15)]
-    for t in threads:
-        t.join(10)
+    windows = _large_waits_beside_small(gate, small_delay=0.15)
     assert windows["small"]["start"] >= windows["large"]["start"]
 
 

@@ -130,14 +130,16 @@ class DeviceGate:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             ledger = self._read()
+            before = json.dumps(ledger)
             alive = {pid for pid in {e[0] for e in ledger["held"].values()} | {e[1] for e in ledger["queue"]}
                      if _alive(pid)}
             ledger["held"] = {t: e for t, e in ledger["held"].items() if e[0] in alive}
             ledger["queue"] = [e for e in ledger["queue"] if e[1] in alive]
             result = change(ledger)
-            tmp = self.ledger.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(ledger))
-            os.replace(tmp, self.ledger)
+            if (after := json.dumps(ledger)) != before:  # waiters poll: most looks change nothing
+                tmp = self.ledger.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(after)
+                os.replace(tmp, self.ledger)
             return result
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
