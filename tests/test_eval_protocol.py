@@ -361,3 +361,42 @@ def test_the_judge_lets_go_of_a_problem_when_asked():
     assert decode(encode(Release())) == Release()
     assert judge.release() == {"ok": True}
     assert judge.timer is None and not judge.refs
+
+
+def test_a_timed_output_must_be_the_one_whose_digest_came_with_its_round(tmp_path):
+    """The lazy forger: wrong (fast) outputs in the timed calls, then the right answer computed for the
+    picked inputs once the pick is known. Its digest, sent inside the round, gives it away."""
+    from kbencheval.eval.inputs import output_digest
+    from kbencheval.eval.judge import Judge
+    from kbencheval.eval.protocol import Compare, Prepare
+    from kbencheval.eval.transfer import export_tensors
+
+    source = (Path(__file__).resolve().parents[1] / "kbencheval/problems/level1/1_ReLU.py").read_text()
+    judge = Judge(torch.device("cpu"))
+    judge.prepare(Prepare(problem_source=source, sizes={"batch_size": 3, "dim": 5000}, model_seeds={"init": 1, "model": 2},
+                          trials=[Trial(seed=3)]))
+    picked = Trial(seed=9)
+    right = judge.reference(picked, cache=False)
+    item = OutputItem(trial=picked, desc=export_tensors(right, str(tmp_path), "timed1"))
+    honest = Compare(job_dir=str(tmp_path), phase="timed_outputs", tolerance={}, expected=[picked], items=[item],
+                     committed=output_digest(right, 77), digest_seed=77)
+    assert judge.compare(honest)["results"][0]["ok"]
+    timed_wrong = [torch.relu(right[0]) * 0.5]  # what the timed calls really produced
+    lazy = dataclasses.replace(honest, committed=output_digest(timed_wrong, 77))
+    assert "committed" in judge.compare(lazy)["protocol_error"]
+    assert decode(encode(honest)).committed == honest.committed  # the digest crosses the pipe intact
+
+
+def test_output_digests_are_stable_and_see_any_real_change():
+    from kbencheval.eval.inputs import digests_match, output_digest
+
+    x = torch.randn(3, 5000)  # not a multiple of the digest's width: the tail counts too
+    labels = torch.randint(0, 10, (7,))
+    base = output_digest([x, labels], 5)
+    assert output_digest([x.clone(), labels.clone()], 5) == base and len(base) == 2
+    nudged = x.clone()
+    nudged[-1, -1] += 1.0  # one element of the tail
+    assert not digests_match(base, output_digest([nudged, labels], 5))
+    assert not digests_match(base, output_digest([x, labels + 1], 5))
+    assert digests_match([float("nan")], [float("nan")]) and not digests_match([1.0], [float("nan")])
+    assert not digests_match(["1.0"], [1.0]) and not digests_match(base, base[:1])

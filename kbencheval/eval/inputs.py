@@ -10,6 +10,7 @@ transform, for problems ill-conditioned at large inputs; "none": no stress trial
 
 from __future__ import annotations
 
+import math
 import random
 import types
 
@@ -53,6 +54,41 @@ def make_inputs(module, trial, device: torch.device) -> list:
         transform = STRESS[stress]
         inputs = [transform(x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
     return inputs
+
+
+DIGEST_WIDTH = 4096
+
+
+def output_digest(tensors: list, seed: int) -> list[float]:
+    """One number per output tensor: its values projected on random ±1 weights (from `seed`), summed in
+    float64. The worker sends these for every timed iteration inside the round; the judge recomputes
+    them on the copy it is later sent, so that copy must be the very output of that timed iteration (a
+    right answer computed after the round would have needed computing inside it). A matrix-vector
+    product reads the output once, so this costs less than the copy the worker keeps anyway."""
+    generator = torch.Generator().manual_seed(seed)
+    signs = torch.randint(0, 2, (DIGEST_WIDTH,), generator=generator).float() * 2 - 1
+    digest = []
+    for t in tensors:
+        flat = t.detach().reshape(-1).float()
+        w = signs.to(flat.device)
+        rows = flat.numel() // DIGEST_WIDTH
+        head = torch.mv(flat[: rows * DIGEST_WIDTH].view(rows, DIGEST_WIDTH), w).sum(dtype=torch.float64) \
+            if rows else torch.zeros((), dtype=torch.float64, device=flat.device)
+        tail = (flat[rows * DIGEST_WIDTH:] * w[: flat.numel() - rows * DIGEST_WIDTH]).sum(dtype=torch.float64)
+        digest.append(float(head + tail))
+    return digest
+
+
+def digests_match(committed: list, recomputed: list[float]) -> bool:
+    """Equal, up to the order a BLAS on the CPU may add in (on a GPU the same op gives the same bits);
+    NaN matches NaN, so an output the reference also leaves NaN is no mismatch."""
+    def same(c, r) -> bool:
+        if not isinstance(c, (int, float)) or isinstance(c, bool):
+            return False
+        if math.isnan(c) or math.isnan(r):
+            return math.isnan(c) and math.isnan(r)
+        return c == r or abs(c - r) <= 1e-6 * max(abs(c), abs(r))
+    return len(committed) == len(recomputed) and all(same(c, r) for c, r in zip(committed, recomputed))
 
 
 def build_model(cls, module, seeds: dict, device: torch.device):

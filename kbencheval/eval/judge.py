@@ -15,8 +15,8 @@ from collections import Counter
 import torch
 
 from kbencheval.eval.errors import short_error
-from kbencheval.eval.inputs import as_tensor_list, build_model, device_name, load_problem_module, make_inputs, \
-    pin_global_flags, sync
+from kbencheval.eval.inputs import as_tensor_list, build_model, device_name, digests_match, load_problem_module, \
+    make_inputs, output_digest, pin_global_flags, sync
 from kbencheval.eval.protocol import (Channel, Compare, JudgeJob, OutputItem, Prepare, ProtocolError, Release, TimeReference,
                                       Trial)
 from kbencheval.eval.timing import Timer, measure_bandwidth_gbs
@@ -167,6 +167,9 @@ class Judge:
         results = []
         for item in msg.items:
             got = import_tensors(item.desc, msg.job_dir)
+            if msg.committed is not None and not digests_match(msg.committed, output_digest(got, msg.digest_seed)):
+                return {"ok": True, "protocol_error": "the timed output sent for judging is not the one whose digest "
+                        "the worker committed to in its round", "results": []}
             ref = self.reference(item.trial, cache=msg.phase != "timed_outputs")  # timed inputs are one-offs
             ok, message, stats = compare(ref, got, msg.tolerance, bool(item.trial.stress))
             del got
@@ -204,7 +207,7 @@ class Judge:
             # The reference's graph kernels: the harness's evidence that listing them works on this device.
             return {**reply, "mechanism": self.timer.mechanism, "io_bytes": io_bytes,
                     "device_kernels": self.timer.device_kernels}
-        times, _ = self.timer.run(msg.trials, keep=False)  # the worker's loop, copies into one buffer
+        times, _, _ = self.timer.run(msg.trials, keep=False)  # the worker's loop, copies into one buffer
         if self.device.type == "cuda":  # what a timing judge holds on the device (sizing shared GPUs)
             reply["reserved_bytes"] = torch.cuda.memory_reserved(self.device)
         return {**reply, "ref_us": times}

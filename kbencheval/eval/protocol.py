@@ -149,6 +149,7 @@ class RunPhase:
     trials: list[Trial]
     timing_trials: list[Trial] = dataclasses.field(default_factory=list)
     spot_checks: list[int] = dataclasses.field(default_factory=list)
+    digest_seed: int = 1  # time_round: the weights of the outputs' digests the worker commits to
     type: str = "run_phase"
 
 
@@ -176,6 +177,8 @@ class Compare:
     expected: list[Trial]
     items: list[OutputItem]
     release_memory: bool = True  # False between timing rounds, whose wall time the allocator would change
+    committed: list | None = None  # a timed output: the digest the worker sent in its round ...
+    digest_seed: int = 1  # ... and the seed of its weights (inputs.output_digest)
     type: str = "compare"
 
 

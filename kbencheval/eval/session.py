@@ -121,7 +121,7 @@ class Session:
         eager = self.check_device_kernels(setup, ref_setup.get("device_kernels")) == "profiler"
         times = {"ref_us": [], "new_us": []}
         rounds = self.checks["timing_rounds"] = []  # per round: wall and event seconds of both sides
-        pending: list[tuple[Outputs, Trial]] = []  # picked outputs not judged yet
+        pending: list[tuple[Outputs, Trial, list, int]] = []  # picked outputs not judged yet, with their digests
         output_bytes = sum(self.job.poison_bytes) or 1
         with self.ev.gate.exclusive(gate_window(self.checks, "timing")):
             # The floor's yardstick: measured once per judge, with the device to itself.
@@ -130,6 +130,7 @@ class Session:
                 if precise_enough(times, rounds, spec):
                     break
                 trials = fresh(size)
+                digest_seed = rng.getrandbits(62) | 1
                 order = ("ref", "new") if r % 2 == 0 else ("new", "ref")  # alternate to cancel drift
                 walls = {}
                 for name in order:
@@ -140,19 +141,27 @@ class Session:
                         self.checks["judge_reserved_gb"] = max(self.checks.get("judge_reserved_gb", 0.0),
                                                                round(reply.get("reserved_bytes", 0) / 2**30, 3))
                     else:
-                        new_us = self.ask(RunPhase(phase="time_round", trials=[], timing_trials=trials)).timing["new_us"]
+                        timing = self.ask(RunPhase(phase="time_round", trials=[], timing_trials=trials,
+                                                   digest_seed=digest_seed)).timing
+                        timing = timing if isinstance(timing, dict) else {}
+                        new_us, digests = timing.get("new_us"), timing.get("digests")
                     walls[name] = time.monotonic() - clock
-                if len(new_us) != len(trials) or not all(isinstance(t, (int, float)) and t > 0 for t in new_us):
+                if not isinstance(new_us, list) or len(new_us) != len(trials) or \
+                        not all(isinstance(t, (int, float)) and t > 0 for t in new_us):
                     raise ProtocolError("timing figures that do not match the timed iterations")
+                if not isinstance(digests, list) or len(digests) != len(trials) or \
+                        not all(isinstance(d, list) for d in digests):
+                    raise ProtocolError("output digests that do not match the timed iterations")
                 rounds.append({"iters": size, "ref_wall_s": round(walls["ref"], 6), "ref_events_s": round(sum(ref_us) / 1e6, 6),
                                "new_wall_s": round(walls["new"], 6), "new_events_s": round(sum(new_us) / 1e6, 6)})
                 times["ref_us"] += ref_us
                 times["new_us"] += new_us
-                picked = rng.choice(trials)
+                k = rng.randrange(len(trials))
+                picked = trials[k]
                 timed = self.ask(RunPhase(phase="timed_outputs", trials=[picked]))
                 if eager:  # one more call, profiled: the candidate cannot tell it from a timed one
                     self.check_device_kernels(timed)
-                pending.append((timed, picked))
+                pending.append((timed, picked, digests[k], digest_seed))
                 if (len(pending) + 1) * output_bytes > spec.input_budget_bytes:
                     self.judge_timed(pending, between_rounds=True)
         with self.ev.device_share(gate_window(self.checks, "timed_outputs")):
@@ -164,11 +173,14 @@ class Session:
         self.check_floor(result, ref_setup["io_bytes"], bandwidth)
         return result
 
-    def judge_timed(self, pending: list[tuple[Outputs, Trial]], between_rounds: bool) -> None:
-        """The judge compares each picked timed output with the reference on the same inputs."""
+    def judge_timed(self, pending: list[tuple[Outputs, Trial, list, int]], between_rounds: bool) -> None:
+        """The judge compares each picked timed output with the reference on the same inputs, after
+        checking that it is the output the worker committed to inside the round (its digest): a right
+        answer computed after the round, when the pick was known, does not match."""
         while pending:
-            timed, picked = pending.pop(0)
-            self.judge(timed, expected=[picked], where="in a timed iteration", release_memory=not between_rounds)
+            timed, picked, committed, digest_seed = pending.pop(0)
+            self.judge(timed, expected=[picked], where="in a timed iteration", release_memory=not between_rounds,
+                       committed=committed, digest_seed=digest_seed)
 
     def check_device_kernels(self, reply: Outputs, reference: dict | None = None) -> str:
         """The kernels the worker lists for its timed work must be its own or allowed by the problem
@@ -267,11 +279,13 @@ class Session:
         return msg
 
     def judge(self, outputs: Outputs, expected: list[Trial] | None = None, where: str = "in a correctness trial",
-              release_memory: bool = True):
-        """The judge compares; it also refuses items other than exactly those requested."""
+              release_memory: bool = True, committed: list | None = None, digest_seed: int = 1):
+        """The judge compares; it also refuses items other than exactly those requested, and a timed
+        output whose digest is not the `committed` one."""
         expected = self.requested if expected is None else expected
         reply = self.ev._judge_call(Compare(job_dir=self.job.job_dir, phase=outputs.phase, tolerance=self.tolerance,
-                                            expected=expected, items=outputs.items, release_memory=release_memory))
+                                            expected=expected, items=outputs.items, release_memory=release_memory,
+                                            committed=committed, digest_seed=digest_seed))
         if not reply.get("ok"):
             raise _Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=True, checks=self.checks,
                                       error=f"could not read the candidate's outputs: {reply.get('error')}"))

@@ -14,7 +14,7 @@ import time
 import torch
 
 from kbencheval.eval.device_kernels import device_report, graph_kernels, profiled_kernels
-from kbencheval.eval.inputs import as_tensor_list, make_inputs, sync
+from kbencheval.eval.inputs import as_tensor_list, make_inputs, output_digest, sync
 from kbencheval.eval.protocol import TimingSpec, Trial
 
 
@@ -154,15 +154,16 @@ class Timer:
             return self.on_eager_call(lambda: as_tensor_list(self.model(*self.static_in)))
         return as_tensor_list(self.model(*self.static_in))
 
-    def run(self, trials: list[Trial], keep: bool = True) -> tuple[list[float], list]:
-        """µs per iteration, one fresh input set each, and a copy of each iteration's outputs.
+    def run(self, trials: list[Trial], keep: bool = True, digest_seed: int = 1) -> tuple[list[float], list, list]:
+        """µs per iteration, one fresh input set each, a copy of each iteration's outputs, and each
+        iteration's `output_digest` (the worker's commitment to those copies, sent with the round).
 
         The judge (reference) and the worker (candidate) run this same loop, copies included, so the
         harness can take the reference's wall-clock overhead as the candidate's: keeping copies on one
         side only once made an honest 1 GiB-output kernel look forged on the H100 (L1_5_ScaledAdd).
         `keep=False` (the judge, which needs no copies) writes every copy into the same buffers: the
         same memory traffic, without a round's worth of output copies in device memory."""
-        times, kept = [], []
+        times, kept, digests = [], [], []
         sink = None
         cuda = self.device.type == "cuda"
         with torch.no_grad():
@@ -185,13 +186,14 @@ class Timer:
                     clock = time.perf_counter()
                     out = self._call()
                     times.append((time.perf_counter() - clock) * 1e6)
+                digests.append(output_digest(out, digest_seed))
                 if keep:
                     kept.append([t.clone() for t in out])
                 else:
                     sink = sink or [torch.empty_like(t) for t in out]
                     for buffer, t in zip(sink, out):
                         buffer.copy_(t)
-        return times, kept
+        return times, kept, digests
 
 
 def end_rng_capture_state(device: torch.device) -> None:

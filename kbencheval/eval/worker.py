@@ -208,7 +208,7 @@ class CandidateWorker:
     def time_round(self, request: RunPhase) -> bool:
         clock = time.perf_counter()
         try:
-            times, kept = self.timer.run(request.timing_trials)
+            times, kept, digests = self.timer.run(request.timing_trials, digest_seed=request.digest_seed)
         except BaseException as e:
             return self.fail(Status.RUNTIME_ERROR, "during timing: " + short_error(e, self.job.candidate_file))
         self.checks["phases_s"]["timed_loop_s"] = self.checks["phases_s"].get("timed_loop_s", 0.0) + \
@@ -218,7 +218,8 @@ class CandidateWorker:
         # The round's tripwire checks run in export_timed, which follows every round: here they would sit
         # inside the harness's wall clock (~5 ms of process checks), which the reference's round lacks.
         self.timed_outputs = dict(zip(request.timing_trials, kept))
-        self.chan.send(Outputs(phase=request.phase, items=[], checks=self.checks, timing={"new_us": times}))
+        self.chan.send(Outputs(phase=request.phase, items=[], checks=self.checks,
+                               timing={"new_us": times, "digests": digests}))
         return True
 
     def export_timed(self, request: RunPhase) -> bool:
