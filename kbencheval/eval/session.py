@@ -152,7 +152,8 @@ class Session:
                 if not isinstance(digests, list) or len(digests) != len(trials) or \
                         not all(isinstance(d, list) for d in digests):
                     raise ProtocolError("output digests that do not match the timed iterations")
-                rounds.append({"iters": size, "ref_wall_s": round(walls["ref"], 6), "ref_events_s": round(sum(ref_us) / 1e6, 6),
+                rounds.append({"iters": size,
+                               "ref_wall_s": round(walls["ref"], 6), "ref_events_s": round(sum(ref_us) / 1e6, 6),
                                "new_wall_s": round(walls["new"], 6), "new_events_s": round(sum(new_us) / 1e6, 6)})
                 times["ref_us"] += ref_us
                 times["new_us"] += new_us
