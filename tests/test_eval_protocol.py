@@ -99,7 +99,8 @@ def test_eval_config_validate_names_the_fix_and_never_mutates():
     cfg.validate()
     assert dataclasses.asdict(cfg) == snapshot and cfg.device_index == "cuda:0"
     for bad, key in ((dict(device="tpu"), "device"), (dict(trials=0), "trials"), (dict(iters=0), "iters"),
-                     (dict(timing_input_sets=1), "timing_input_sets"), (dict(timeout_s=0), "timeout_s")):
+                     (dict(timing_input_sets=1), "timing_input_sets"), (dict(timeout_s=0), "timeout_s"),
+                     (dict(min_iters=0), "min_iters"), (dict(timing_target_rse=-0.1), "timing_target_rse")):
         with pytest.raises(ValueError, match=key):
             EvalConfig(**bad)
     with pytest.raises(TypeError):

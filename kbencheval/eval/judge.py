@@ -130,13 +130,14 @@ class Judge:
             self.model = build_model(self.module.Model, self.module, msg.model_seeds, self.device)
             self.key = key
         not_finite, output_bytes, call_peak = [], [], 0
-        for trial in msg.trials:
-            if self.device.type == "cuda" and not call_peak:  # one call, inputs to outputs: sizes the reservation
+        for n, trial in enumerate(msg.trials):
+            measure = n == 0 and self.device.type == "cuda"  # one call, inputs to outputs: sizes the reservation
+            if measure:
                 sync(self.device)
                 torch.cuda.reset_peak_memory_stats(self.device)
                 baseline = torch.cuda.memory_allocated(self.device)
             out = self.reference(trial)
-            if self.device.type == "cuda" and not call_peak:
+            if measure:
                 call_peak = torch.cuda.max_memory_allocated(self.device) - baseline
             if any(isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all())
                    for t in out):
