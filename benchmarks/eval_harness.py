@@ -86,16 +86,18 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
                 "timing_gate_wait_s": r.checks.get("device_gate", {}).get("timing", {}).get("wait_s"),
                 # Per gate phase: seconds waited for the device and held; the exclusive "timing" holds
                 # of all candidates added up bound the throughput of one device from above.
-                "gate_s": {phase: {"wait_s": w.get("wait_s"), "held_s": round(w["end"] - w["start"], 4)}
+                "gate_s": {phase: {"wait_s": w.get("wait_s"), "held_s": w.get("held_s")}
                            for phase, w in r.checks.get("device_gate", {}).items() if "end" in w},
                 # Where the exclusive window goes: the rounds' wall clocks and event sums of both sides
-                # (the rest of the window is messages, the bandwidth yardstick and between-round judging).
+                # (the rest of the window is messages and the bandwidth yardstick).
                 "rounds_s": {key: round(sum(rnd[key] for rnd in r.checks.get("timing_rounds", [])), 4)
                              for key in ("ref_wall_s", "ref_events_s", "new_wall_s", "new_events_s")},
                 "span_s": [round(t - t_pass, 3), round(t - t_pass + wall, 3)],  # when, within the pass
                 "timed_iterations": r.runtime_stats.n if r.runtime_stats else None,
                 "device_memory_gb": r.checks.get("device_memory_gb"),
                 "device_gb": {"worker_peak": r.checks.get("worker_peak_gb"), "judge": r.checks.get("judge_reserved_gb")},
+                # Per protocol phase, seconds the harness waited on the worker and on the judge.
+                "harness_s": r.checks.get("harness_s"),
             }
             meta.update(device=r.device, sandbox=r.sandbox)
             print(f"{name} {p.key:<32} {r.status.value:<13} speedup={r.speedup} wall={wall:.2f}s "

@@ -193,12 +193,16 @@ def _alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def _recorded(waited: dict | None, t0: float):
-    """With a lock just taken (asked for at t0): fill `waited` with wait_s, start and, on leaving, end."""
+    """With a lock just taken (asked for at t0): add to `waited`'s wait_s and held_s, and keep the first
+    hold's start and the last one's end (a phase may take the gate once per trial)."""
     if waited is None:
         yield
         return
-    waited["wait_s"], waited["start"] = round(time.monotonic() - t0, 4), time.monotonic()
+    now = time.monotonic()
+    waited["wait_s"] = round(waited.get("wait_s", 0.0) + now - t0, 4)
+    waited.setdefault("start", now)
     try:
         yield
     finally:
         waited["end"] = time.monotonic()
+        waited["held_s"] = round(waited.get("held_s", 0.0) + waited["end"] - now, 4)

@@ -29,7 +29,7 @@ from kbencheval.eval.result import EvalResult, Status, feedback_text
 from kbencheval.eval.sandbox.env import scrub
 from kbencheval.eval.server import HarnessError, _Server, bwrap_args, bwrap_profile, bwrap_works  # noqa: F401
 from kbencheval.eval.seeds import STRESS_NAMES, RunSeeds, stress_names
-from kbencheval.eval.session import Session, gate_window, kill_group, round_sizes, tail, wait_gone
+from kbencheval.eval.session import Session, gate_window, kill_group, tail, wait_gone
 from kbencheval.extract import defines_model_new, extract_code, static_check
 
 __all__ = ["EvalConfig", "Evaluator", "HarnessError", "RunSeeds", "bwrap_works", "start_evaluators"]
@@ -256,14 +256,16 @@ class Evaluator:
         trials = [t for t in trials if not t.stress or t.key not in prep["not_finite"]]
         checks["stress_trials"] = [t.stress for t in trials if t.stress]
         if cfg.on_cpu:
-            return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep["output_bytes"], checks)
+            return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep, checks)
         # The candidate starts once its device memory fits beside the others' on this GPU (gate.reserve).
+        # Its worker is forked only then: a waiting worker's CUDA context (~0.5 GB) is in no reservation,
+        # and eight waiting ones beside eight idle judges ran an H100 out of memory (2026-11-25).
         need = device_bytes_needed(prep, cfg)
         capacity = int(DEVICE_MEMORY_FRACTION * prep.get("device_total_bytes", need))
         checks["device_memory_gb"] = {"reserved": round(need / 2**30, 2), "capacity": round(capacity / 2**30, 2)}
         with self.gate.reserve(need, capacity, gate_window(checks, "memory")):
             try:
-                return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep["output_bytes"], checks)
+                return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep, checks)
             finally:
                 if sum(prep["output_bytes"]) + prep.get("input_bytes", 0) > cfg.timing_input_gb * 2**30:
                     self._release_judge()  # a large problem's timer and outputs: not left behind, unreserved
@@ -274,7 +276,7 @@ class Evaluator:
         except HarnessError:
             pass  # a dead judge holds nothing; the next candidate starts a new one
 
-    def _run_candidate(self, problem, code, backend, seeds, sizes, trials, output_bytes, checks) -> EvalResult:
+    def _run_candidate(self, problem, code, backend, seeds, sizes, trials, prep, checks) -> EvalResult:
         cfg = self.cfg
         self._job_counter += 1
         job_dir = Path(tempfile.mkdtemp(prefix=f"job{self._job_counter}-", dir=self._scratch))
@@ -284,7 +286,7 @@ class Evaluator:
             job_dir=str(job_dir), device=cfg.device_index, problem_source=problem.source, sizes=sizes,
             model_seeds=seeds.model, candidate_file=str(candidate_file),
             allowed_ops=sorted(set(problem.allowed_torch_ops) | set(cfg.allowed_ops)), backend=backend,
-            poison_bytes=output_bytes,
+            poison_bytes=prep["output_bytes"],
             memory_limit_bytes=int(cfg.memory_limit_gb * 2**30) if cfg.on_cpu else 0,
             timing=TimingSpec(enabled=cfg.timing and (not cfg.on_cpu or cfg.timing_on_cpu), mode=cfg.timing_mode,
                               warmup=cfg.warmup, iters=cfg.iters, min_iters=cfg.min_iters,
@@ -317,23 +319,24 @@ class Evaluator:
 # contexts of idle judges (one per Evaluator) and the allocators' fragmentation.
 DEVICE_MEMORY_FRACTION = 0.9
 CUDA_CONTEXT_BYTES = 1 << 30  # per process; a context on an H100 takes about 0.5 GB, cuBLAS adds workspace
+COMPARE_SLICES_BYTES = 1 << 28  # judge.compare's float64 temporaries for one 8M-element slice of an output
 
 
 def device_bytes_needed(prep: dict, cfg: EvalConfig) -> int:
     """A candidate's device memory at its peak, worker and judge together, from what the judge measured
     for the reference (`call_peak_bytes`: one call's inputs, intermediates and outputs; the model's
-    weights). Each side holds its model, a call's peak in the timer, a fresh input set per iteration
-    and an L2 flush buffer; the worker also keeps a round's output copies for the judge (the largest
-    item for 1 GB outputs) and the picked ones not judged yet (at most the timing budget, or one); the
-    judge also its cached reference outputs and its copy buffer. An estimate: a candidate that uses
-    more than its reference can still run out, and is then re-run with the device to itself
-    (`device_oom_retry`)."""
+    weights). Each side holds its model, a call's peak in its timer, a fresh input set per iteration
+    and an L2 flush buffer; the worker also a trial's exported outputs until the judge has read them
+    (timed outputs are recomputed into the timer's own buffers); the judge also its cached reference
+    outputs, its snapshot of a timed output and the comparison's float64 slices. An estimate: a
+    candidate that uses more than its reference can still run out, and is then re-run with the device
+    to itself (`device_oom_retry`)."""
     outputs, inputs = sum(prep["output_bytes"]), prep.get("input_bytes", 0)
     call = prep.get("call_peak_bytes", inputs + outputs)
     per_side = CUDA_CONTEXT_BYTES + prep.get("model_bytes", 0) + call + inputs + cfg.l2_flush_mb * 2**20
-    worker = round_sizes(cfg.iters)[0] * outputs + max(outputs, int(cfg.timing_input_gb * 2**30))
-    judge = min(int(cfg.judge_cache_gb * 2**30), (cfg.trials + len(STRESS_NAMES)) * outputs) + outputs
-    return int(2 * per_side + worker + judge)
+    cached = min(int(cfg.judge_cache_gb * 2**30), (cfg.trials + len(STRESS_NAMES)) * outputs)
+    judge = cached + outputs + min(4 * outputs, COMPARE_SLICES_BYTES)
+    return int(2 * per_side + outputs + judge)
 
 
 def _device_out_of_memory(result: EvalResult) -> bool:

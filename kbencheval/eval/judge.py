@@ -15,8 +15,8 @@ from collections import Counter
 import torch
 
 from kbencheval.eval.errors import short_error
-from kbencheval.eval.inputs import as_tensor_list, build_model, device_name, digests_match, load_problem_module, \
-    make_inputs, output_digest, pin_global_flags, sync
+from kbencheval.eval.inputs import (as_tensor_list, build_model, device_name, digest_bounds, digests_match,
+                                    load_problem_module, make_inputs, output_digest, pin_global_flags, sync)
 from kbencheval.eval.protocol import (Channel, Compare, JudgeJob, OutputItem, Prepare, ProtocolError, Release, TimeReference,
                                       Trial)
 from kbencheval.eval.timing import Timer, measure_bandwidth_gbs
@@ -54,32 +54,38 @@ def compare_tensor(i: int, r: torch.Tensor, g: torch.Tensor, tol: dict, scale_at
     return "", stats
 
 
-def _finite_rms(r, chunk: int = 1 << 25) -> float:
+def _finite_rms(r, chunk: int = 1 << 23) -> float:
     """Root mean square of the finite elements (0 if none), in slices like _compare_chunked."""
-    total, count = 0.0, 0
+    total = torch.zeros((), dtype=torch.float64, device=r.device)
+    count = torch.zeros((), dtype=torch.int64, device=r.device)
     for start in range(0, r.numel(), chunk):
         part = r[start:start + chunk].double()
-        part = part[torch.isfinite(part)]
-        total += float(part.square().sum())
-        count += part.numel()
+        finite = torch.isfinite(part)
+        total += torch.where(finite, part, 0.0).square().sum()
+        count += finite.sum()
+    total, count = total.item(), count.item()
     return (total / count) ** 0.5 if count else 0.0
 
 
-def _compare_chunked(r, g, atol, rtol, chunk: int = 1 << 25):
-    """float64 elementwise check in slices, so a multi-GB output needs no multi-GB temporaries."""
-    max_diff, n_bad, n_special = 0.0, 0, 0
+def _compare_chunked(r, g, atol, rtol, chunk: int = 1 << 23):
+    """float64 elementwise check in slices, so a multi-GB output needs no multi-GB temporaries. The
+    counts stay on the device until the end: one sync per output, not several per slice (a sync waits
+    for the device's time slice among every process on it)."""
+    zero = lambda dtype: torch.zeros((), dtype=dtype, device=r.device)  # noqa: E731
+    max_diff, n_bad, n_special = zero(torch.float64), zero(torch.int64), zero(torch.int64)
     for start in range(0, r.numel(), chunk):
         r64, g64 = r[start:start + chunk].double(), g[start:start + chunk].double()
         r_fin, g_fin = torch.isfinite(r64), torch.isfinite(g64)
         # NaN exactly where the reference has NaN, the same infinity where it has one.
         same_special = (torch.isnan(r64) & torch.isnan(g64)) | (torch.isinf(r64) & (r64 == g64))
-        n_special += int(((~r_fin | ~g_fin) & ~same_special).sum())
-        diff = (r64 - g64).abs()
-        n_bad += int((r_fin & g_fin & ~(diff <= atol + rtol * r64.abs())).sum())
-        finite = diff[r_fin & g_fin]
-        if finite.numel():
-            max_diff = max(max_diff, float(finite.max()))
-    return max_diff, n_bad, n_special
+        n_special += ((~r_fin | ~g_fin) & ~same_special).sum()
+        both = r_fin & g_fin
+        diff = torch.where(both, (r64 - g64).abs(), 0.0)
+        n_bad += (both & ~(diff <= atol + rtol * r64.abs())).sum()
+        if diff.numel():
+            max_diff = torch.maximum(max_diff, diff.max())
+    max_diff, n_bad, n_special = torch.stack([max_diff, n_bad.double(), n_special.double()]).tolist()
+    return max_diff, int(n_bad), int(n_special)
 
 
 def compare(ref: list, got: list, tol: dict, scale_atol: bool = False) -> tuple[bool, str, dict]:
@@ -168,18 +174,24 @@ class Judge:
         results = []
         for item in msg.items:
             got = import_tensors(item.desc, msg.job_dir)
-            if msg.committed is not None and not digests_match(msg.committed, output_digest(got, msg.digest_seed)):
-                return {"ok": True, "protocol_error": "the timed output sent for judging is not the one whose digest "
-                        "the worker committed to in its round", "results": []}
+            if msg.committed is not None:
+                # One snapshot in the judge's memory: the worker's process lives on while it is read, so
+                # the comparison and the digest must not see two different versions of its buffer.
+                got = [t.clone() if isinstance(t, torch.Tensor) else t for t in got]
             ref = self.reference(item.trial, cache=msg.phase != "timed_outputs")  # timed inputs are one-offs
             ok, message, stats = compare(ref, got, msg.tolerance, bool(item.trial.stress))
+            # A right output must also be the one the timed iteration committed to (a wrong one is wrong).
+            if ok and msg.committed is not None and \
+                    not digests_match(msg.committed, output_digest(got, msg.digest_seed).tolist(), digest_bounds(got)):
+                return {"ok": True, "protocol_error": "the timed output recomputed for judging differs from the "
+                        "one whose digest the worker sent in its round (beyond a nondeterministic kernel's "
+                        "rounding)", "results": []}
             del got
             results.append({"trial": item.trial.key, "ok": ok, "message": message, "stats": stats})
             if not ok:
                 break
         sync(self.device)
-        if msg.release_memory:
-            self.release_memory()
+        self.release_memory()
         return {"ok": True, "results": results}
 
     def release_memory(self) -> None:
@@ -208,7 +220,7 @@ class Judge:
             # The reference's graph kernels: the harness's evidence that listing them works on this device.
             return {**reply, "mechanism": self.timer.mechanism, "io_bytes": io_bytes,
                     "device_kernels": self.timer.device_kernels}
-        times, _, _ = self.timer.run(msg.trials, keep=False)  # the worker's loop, copies into one buffer
+        times, _ = self.timer.run(msg.trials)  # the worker's loop, digests included
         if self.device.type == "cuda":  # what a timing judge holds on the device (sizing shared GPUs)
             reply["reserved_bytes"] = torch.cuda.memory_reserved(self.device)
         return {**reply, "ref_us": times}

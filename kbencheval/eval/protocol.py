@@ -176,7 +176,6 @@ class Compare:
     tolerance: dict
     expected: list[Trial]
     items: list[OutputItem]
-    release_memory: bool = True  # False between timing rounds, whose wall time the allocator would change
     committed: list | None = None  # a timed output: the digest the worker sent in its round ...
     digest_seed: int = 1  # ... and the seed of its weights (inputs.output_digest)
     type: str = "compare"

@@ -38,7 +38,7 @@ FLOOR_FRACTION = 0.5  # a copy kernel is not the peak; half the floor is still p
 HARNESS_KEYS = frozenset({"seeds", "static", "sizes", "stress_trials", "timing_rounds", "timing_trust",
                           "device_kernels", "reference_kernels", "physical_floor_us", "speedup_of_medians",
                           "device_gate", "harness_restarts", "served_by", "device_oom_retry",
-                          "judge_reserved_gb"})
+                          "judge_reserved_gb", "harness_s"})
 
 
 class _Verdict(Exception):
@@ -59,6 +59,7 @@ class Session:
 
     def __init__(self, ev, conn, pid: int, job: CandidateJob, checks: dict, tolerance: dict):
         self.ev, self.conn, self.pid, self.job, self.checks, self.tolerance = ev, conn, pid, job, checks, tolerance
+        self.spent = self.checks["harness_s"] = {}  # per phase: seconds waiting on the worker and on the judge
         self.compiled = False
         self.requested: list[Trial] = []
         self.kernels: dict = {}  # what the timed work ran, as the harness read it (checks["device_kernels"])
@@ -70,10 +71,11 @@ class Session:
         try:
             self.expect(Ready)
             self.compiled = True
-            with self.ev.device_share(gate_window(self.checks, "trials")):  # Triton compiles here, on first call
-                # One trial per request, judged before the next: the worker and the judge each hold one
-                # trial's tensors, not all of them (4 Evaluators ran an H100 out of memory that way).
-                for trial in trials:
+            # One trial per request, judged before the next: the worker and the judge each hold one trial's
+            # tensors, not all of them (4 Evaluators ran an H100 out of memory that way). The device is
+            # shared per trial, so a timer waiting for it waits for one trial of each, not for all of them.
+            for trial in trials:  # Triton compiles in the first, on first call
+                with self.ev.device_share(gate_window(self.checks, "trials")):
                     self.judge(self.ask(RunPhase(phase="trials", trials=[trial])))
             if not self.job.timing.enabled:
                 return EvalResult(Status.CORRECT, compiled=True, correct=True, checks=self.checks)
@@ -106,67 +108,36 @@ class Session:
 
     def trusted_timing(self, seeds: RunSeeds) -> EvalResult:
         """Rounds (`round_sizes`), alternating the judge (reference) and the worker (candidate); fresh
-        seeds per iteration drawn now; after each round one of the candidate's timed outputs, picked now,
-        goes to the judge. The candidate's event figures must agree with the harness's wall clock.
+        seeds per iteration drawn now. With every round the worker commits to each iteration's output
+        (its digest); after the round one iteration is picked, and once the rounds are over the worker
+        recomputes each picked output for the judge, which holds it to that commitment and to the
+        reference. The candidate's event figures must agree with the harness's wall clock.
 
         Only the rounds hold the device alone. Building the timers (capture, warm-up, one untimed pass)
-        measures nothing and shares it; the picked outputs are judged after the rounds, sharing it too,
-        unless holding them all would pass the timing memory budget."""
-        spec, cfg = self.job.timing, self.ev.cfg
-        rng = random.Random(seeds.timing[0].seed) if cfg.seed is not None else random.SystemRandom()
-        fresh = lambda n: [Trial(seed=rng.getrandbits(62)) for _ in range(n)]  # noqa: E731
+        measures nothing and shares it; so does judging the picked outputs, one at a time."""
+        spec = self.job.timing
+        rng = random.Random(seeds.timing[0].seed) if self.ev.cfg.seed is not None else random.SystemRandom()
         with self.ev.device_share(gate_window(self.checks, "timing_setup")):
             setup = self.ask(RunPhase(phase="timing_setup", trials=[], timing_trials=list(seeds.timing[:1])))
             ref_setup = self.judge_timing(TimeReference(spec=spec, trials=list(seeds.timing[:1]), setup=True))
         eager = self.check_device_kernels(setup, ref_setup.get("device_kernels")) == "profiler"
         times = {"ref_us": [], "new_us": []}
         rounds = self.checks["timing_rounds"] = []  # per round: wall and event seconds of both sides
-        pending: list[tuple[Outputs, Trial, list, int]] = []  # picked outputs not judged yet, with their digests
-        output_bytes = sum(self.job.poison_bytes) or 1
+        picks: list[tuple[Trial, list, int]] = []  # per round: the picked iteration, its digest, the digest's seed
         with self.ev.gate.exclusive(gate_window(self.checks, "timing")):
             # The floor's yardstick: measured once per judge, with the device to itself.
             bandwidth = self.judge_timing(TimeReference(spec=spec, trials=[], bandwidth=True))["bandwidth_gbs"]
             for r, size in enumerate(round_sizes(spec.iters)):
                 if precise_enough(times, rounds, spec):
                     break
-                trials = fresh(size)
-                digest_seed = rng.getrandbits(62) | 1
-                order = ("ref", "new") if r % 2 == 0 else ("new", "ref")  # alternate to cancel drift
-                walls = {}
-                for name in order:
-                    clock = time.monotonic()
-                    if name == "ref":
-                        reply = self.judge_timing(TimeReference(spec=spec, trials=trials))
-                        ref_us = reply["ref_us"]
-                        self.checks["judge_reserved_gb"] = max(self.checks.get("judge_reserved_gb", 0.0),
-                                                               round(reply.get("reserved_bytes", 0) / 2**30, 3))
-                    else:
-                        timing = self.ask(RunPhase(phase="time_round", trials=[], timing_trials=trials,
-                                                   digest_seed=digest_seed)).timing
-                        timing = timing if isinstance(timing, dict) else {}
-                        new_us, digests = timing.get("new_us"), timing.get("digests")
-                    walls[name] = time.monotonic() - clock
-                if not isinstance(new_us, list) or len(new_us) != len(trials) or \
-                        not all(isinstance(t, (int, float)) and t > 0 for t in new_us):
-                    raise ProtocolError("timing figures that do not match the timed iterations")
-                if not isinstance(digests, list) or len(digests) != len(trials) or \
-                        not all(isinstance(d, list) for d in digests):
-                    raise ProtocolError("output digests that do not match the timed iterations")
-                rounds.append({"iters": size,
-                               "ref_wall_s": round(walls["ref"], 6), "ref_events_s": round(sum(ref_us) / 1e6, 6),
-                               "new_wall_s": round(walls["new"], 6), "new_events_s": round(sum(new_us) / 1e6, 6)})
-                times["ref_us"] += ref_us
-                times["new_us"] += new_us
-                k = rng.randrange(len(trials))
-                picked = trials[k]
-                timed = self.ask(RunPhase(phase="timed_outputs", trials=[picked]))
-                if eager:  # one more call, profiled: the candidate cannot tell it from a timed one
-                    self.check_device_kernels(timed)
-                pending.append((timed, picked, digests[k], digest_seed))
-                if (len(pending) + 1) * output_bytes > spec.input_budget_bytes:
-                    self.judge_timed(pending, between_rounds=True)
+                picks.append(self.time_round(r, [Trial(seed=rng.getrandbits(62)) for _ in range(size)],
+                                             rng, times, rounds))
+                if eager:
+                    self.check_device_kernels(self.ask(RunPhase(phase="round_checks", trials=[])))
         with self.ev.device_share(gate_window(self.checks, "timed_outputs")):
-            self.judge_timed(pending, between_rounds=False)
+            for picked, committed, digest_seed in picks:
+                self.judge(self.ask(RunPhase(phase="timed_outputs", trials=[picked])), expected=[picked],
+                           where="in a timed iteration", committed=committed, digest_seed=digest_seed)
         self.check_wall_bound(rounds)
         self.checks["timing_trust"] = (f"reference: {ref_setup['mechanism']} in the judge; candidate: "
                                        f"{setup.timing['mechanism']} in its worker, bounded by the harness's clock")
@@ -174,14 +145,38 @@ class Session:
         self.check_floor(result, ref_setup["io_bytes"], bandwidth)
         return result
 
-    def judge_timed(self, pending: list[tuple[Outputs, Trial, list, int]], between_rounds: bool) -> None:
-        """The judge compares each picked timed output with the reference on the same inputs, after
-        checking that it is the output the worker committed to inside the round (its digest): a right
-        answer computed after the round, when the pick was known, does not match."""
-        while pending:
-            timed, picked, committed, digest_seed = pending.pop(0)
-            self.judge(timed, expected=[picked], where="in a timed iteration", release_memory=not between_rounds,
-                       committed=committed, digest_seed=digest_seed)
+    def time_round(self, r: int, trials: list[Trial], rng: random.Random, times: dict, rounds: list) -> tuple:
+        """One round, both sides, the reference first in even rounds (alternating cancels drift); its
+        figures join `times` and `rounds`. Returns the iteration picked for judging, with its digest."""
+        spec = self.job.timing
+        digest_seed = rng.getrandbits(62) | 1
+        walls = {}
+        for name in (("ref", "new") if r % 2 == 0 else ("new", "ref")):
+            clock = time.monotonic()
+            if name == "ref":
+                reply = self.judge_timing(TimeReference(spec=spec, trials=trials))
+                ref_us = reply["ref_us"]
+                self.checks["judge_reserved_gb"] = max(self.checks.get("judge_reserved_gb", 0.0),
+                                                       round(reply.get("reserved_bytes", 0) / 2**30, 3))
+            else:
+                timing = self.ask(RunPhase(phase="time_round", trials=[], timing_trials=trials,
+                                           digest_seed=digest_seed)).timing
+                timing = timing if isinstance(timing, dict) else {}
+                new_us, digests = timing.get("new_us"), timing.get("digests")
+            walls[name] = time.monotonic() - clock
+        if not isinstance(new_us, list) or len(new_us) != len(trials) or \
+                not all(isinstance(t, (int, float)) and t > 0 for t in new_us):
+            raise ProtocolError("timing figures that do not match the timed iterations")
+        if not isinstance(digests, list) or len(digests) != len(trials) or \
+                not all(isinstance(d, list) for d in digests):
+            raise ProtocolError("output digests that do not match the timed iterations")
+        rounds.append({"iters": len(trials),
+                       "ref_wall_s": round(walls["ref"], 6), "ref_events_s": round(sum(ref_us) / 1e6, 6),
+                       "new_wall_s": round(walls["new"], 6), "new_events_s": round(sum(new_us) / 1e6, 6)})
+        times["ref_us"] += ref_us
+        times["new_us"] += new_us
+        k = rng.randrange(len(trials))
+        return trials[k], digests[k], digest_seed
 
     def check_device_kernels(self, reply: Outputs, reference: dict | None = None) -> str:
         """The kernels the worker lists for its timed work must be its own or allowed by the problem
@@ -253,11 +248,19 @@ class Session:
 
     def ask(self, request: RunPhase) -> Outputs:
         self.requested = list(request.trials)
+        clock = time.monotonic()
         try:
             self.conn.send(request)
         except OSError:
             raise _Verdict(self.died()) from None
-        return self.expect(Outputs, request.phase)
+        try:
+            return self.expect(Outputs, request.phase)
+        finally:
+            self.add_spent(request.phase, "worker_s", clock)
+
+    def add_spent(self, phase: str, side: str, since: float) -> None:
+        spent = self.spent.setdefault(phase, {"worker_s": 0.0, "judge_s": 0.0})
+        spent[side] = round(spent[side] + time.monotonic() - since, 4)
 
     def expect(self, cls, phase: str = ""):
         """The next message must be `cls` (for `phase`); a Failure ends the evaluation with its status."""
@@ -280,13 +283,15 @@ class Session:
         return msg
 
     def judge(self, outputs: Outputs, expected: list[Trial] | None = None, where: str = "in a correctness trial",
-              release_memory: bool = True, committed: list | None = None, digest_seed: int = 1):
+              committed: list | None = None, digest_seed: int = 1):
         """The judge compares; it also refuses items other than exactly those requested, and a timed
         output whose digest is not the `committed` one."""
         expected = self.requested if expected is None else expected
+        clock = time.monotonic()
         reply = self.ev._judge_call(Compare(job_dir=self.job.job_dir, phase=outputs.phase, tolerance=self.tolerance,
-                                            expected=expected, items=outputs.items, release_memory=release_memory,
+                                            expected=expected, items=outputs.items,
                                             committed=committed, digest_seed=digest_seed))
+        self.add_spent(outputs.phase, "judge_s", clock)
         if not reply.get("ok"):
             raise _Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=True, checks=self.checks,
                                       error=f"could not read the candidate's outputs: {reply.get('error')}"))

@@ -154,25 +154,19 @@ class Timer:
             return self.on_eager_call(lambda: as_tensor_list(self.model(*self.static_in)))
         return as_tensor_list(self.model(*self.static_in))
 
-    def run(self, trials: list[Trial], keep: bool = True, digest_seed: int = 1) -> tuple[list[float], list, list]:
-        """µs per iteration, one fresh input set each, a copy of each iteration's outputs, and each
-        iteration's `output_digest` (the worker's commitment to those copies, sent with the round).
+    def run(self, trials: list[Trial], digest_seed: int = 1) -> tuple[list[float], list[list[float]]]:
+        """µs per iteration, one fresh input set each, and each iteration's `output_digest`: the worker's
+        commitment to what that iteration produced, sent with the round. Nothing else is kept: the
+        outputs the harness picks are recomputed afterwards (`output_for`) and checked against these.
 
-        The judge (reference) and the worker (candidate) run this same loop, copies included, so the
-        harness can take the reference's wall-clock overhead as the candidate's: keeping copies on one
-        side only once made an honest 1 GiB-output kernel look forged on the H100 (L1_5_ScaledAdd).
-        `keep=False` (the judge, which needs no copies) writes every copy into the same buffers: the
-        same memory traffic, without a round's worth of output copies in device memory."""
-        times, kept, digests = [], [], []
-        sink = None
+        The judge (reference) and the worker (candidate) run this same loop, digests included, so the
+        harness can take the reference's wall-clock overhead as the candidate's. A digest is queued
+        after the timed call and read once per round, so it adds no sync of its own."""
+        times, digests = [], []
         cuda = self.device.type == "cuda"
         with torch.no_grad():
             for trial in trials:
-                fresh = make_inputs(self.module, trial, self.device)
-                for static, value in zip(self.static_in, fresh):
-                    if isinstance(static, torch.Tensor):
-                        static.copy_(value)
-                del fresh
+                self._load_inputs(trial)
                 if cuda:
                     self.flush.zero_()
                     torch.cuda.synchronize(self.device)
@@ -187,13 +181,23 @@ class Timer:
                     out = self._call()
                     times.append((time.perf_counter() - clock) * 1e6)
                 digests.append(output_digest(out, digest_seed))
-                if keep:
-                    kept.append([t.clone() for t in out])
-                else:
-                    sink = sink or [torch.empty_like(t) for t in out]
-                    for buffer, t in zip(sink, out):
-                        buffer.copy_(t)
-        return times, kept, digests
+        return times, torch.stack(digests).tolist() if digests else []
+
+    def output_for(self, trial: Trial) -> list:
+        """The model's outputs on `trial`'s inputs, computed as a timed iteration computes them (the graph
+        replayed on the static inputs): what the harness picked from a round, recomputed for the judge.
+        A graph's outputs live in its static buffers until the next call."""
+        with torch.no_grad():
+            self._load_inputs(trial)
+            out = self._call()
+        sync(self.device)
+        return out
+
+    def _load_inputs(self, trial: Trial) -> None:
+        fresh = make_inputs(self.module, trial, self.device)
+        for static, value in zip(self.static_in, fresh):
+            if isinstance(static, torch.Tensor):
+                static.copy_(value)
 
 
 def end_rng_capture_state(device: torch.device) -> None:

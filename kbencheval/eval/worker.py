@@ -40,7 +40,7 @@ class CandidateWorker:
         self.tripwires = Tripwires(self.tracker, pin_global_flags(), set(job.allowed_ops))
         self.checks: dict = {"phases_s": {}}
         self.model = None
-        self.timer, self.timed_outputs = None, {}
+        self.timer = None
         self.profiler_warm = False
         self.exports = 0  # names each exported output file uniquely
         # Last: from here on the candidate's own code may run. Fresh imports of kbencheval are denied,
@@ -60,7 +60,8 @@ class CandidateWorker:
             if not isinstance(request, RunPhase):
                 raise ProtocolError(f"unexpected {type(request).__name__} from the harness")
             handlers = {"trials": self.run_trials, "timing": self.run_timing, "timing_setup": self.setup_timer,
-                        "time_round": self.time_round, "timed_outputs": self.export_timed}
+                        "time_round": self.time_round, "round_checks": self.check_round,
+                        "timed_outputs": self.export_timed}
             if request.phase not in handlers:
                 raise ProtocolError(f"unknown phase {request.phase!r}")
             if not handlers[request.phase](request):
@@ -208,46 +209,59 @@ class CandidateWorker:
     def time_round(self, request: RunPhase) -> bool:
         clock = time.perf_counter()
         try:
-            times, kept, digests = self.timer.run(request.timing_trials, digest_seed=request.digest_seed)
+            times, digests = self.timer.run(request.timing_trials, digest_seed=request.digest_seed)
         except BaseException as e:
             return self.fail(Status.RUNTIME_ERROR, "during timing: " + short_error(e, self.job.candidate_file))
         self.checks["phases_s"]["timed_loop_s"] = self.checks["phases_s"].get("timed_loop_s", 0.0) + \
             time.perf_counter() - clock
         if self.device.type == "cuda":  # the worker's own report, for sizing shared GPUs; never a verdict input
             self.checks["worker_peak_gb"] = round(torch.cuda.max_memory_reserved(self.device) / 2**30, 3)
-        # The round's tripwire checks run in export_timed, which follows every round: here they would sit
-        # inside the harness's wall clock (~5 ms of process checks), which the reference's round lacks.
-        self.timed_outputs = dict(zip(request.timing_trials, kept))
+        # The tripwire checks run after the rounds (check_round, export_timed): here they would sit inside
+        # the harness's wall clock (~5 ms of process checks), which the reference's round lacks.
         self.chan.send(Outputs(phase=request.phase, items=[], checks=self.checks,
                                timing={"new_us": times, "digests": digests}))
         return True
 
-    def export_timed(self, request: RunPhase) -> bool:
-        """The round's tripwire checks, then the outputs of the timed iterations the harness picked after
-        the round ended. A model timed eagerly is then called once more under the profiler: a call the
-        candidate cannot tell from a timed one by counting, so one that switches to library kernels
-        after N calls is seen."""
-        if violation := self.tripwires.process_violation() or \
-                ("a kernel was launched on a side stream" if self.tracker.stream_violations else None):
+    def timing_violation(self) -> str | None:
+        return self.tripwires.process_violation() or \
+            ("a kernel was launched on a side stream" if self.tracker.stream_violations else None)
+
+    def check_round(self, request: RunPhase) -> bool:
+        """After each round of a model timed eagerly: the tripwires, then one more call under the profiler,
+        which the candidate cannot tell from a timed one by counting (one that switches to library
+        kernels after N calls is seen). A captured graph runs no candidate code in a round."""
+        if violation := self.timing_violation():
             return self.fail(Status.REJECTED, "during timing: " + violation)
-        items = []
-        for t in request.trials:  # the judge may read them after later rounds: every file has its own name
-            if t in self.timed_outputs:
-                self.exports += 1
-                items.append(OutputItem(trial=t, desc=export_tensors(self.timed_outputs[t], self.job.job_dir,
-                                                                     f"timed{self.exports}")))
-        self.timed_outputs = {}
-        timing = None
-        if self.device.type == "cuda" and self.timer.graph is None:
-            try:
-                timing = {"device_kernels": self.profiled_call()}
-            except BaseException as e:
-                if violation := self.tripwires.process_violation():
-                    return self.fail(Status.REJECTED, "during timing: " + violation)
-                return self.fail(Status.RUNTIME_ERROR, "during timing: " + short_error(e, self.job.candidate_file))
+        try:
+            timing = {"device_kernels": self.profiled_call()} if self.device.type == "cuda" else None
+        except BaseException as e:
             if violation := self.tripwires.process_violation():
                 return self.fail(Status.REJECTED, "during timing: " + violation)
-        self.chan.send(Outputs(phase=request.phase, items=items, checks=self.checks, timing=timing))
+            return self.fail(Status.RUNTIME_ERROR, "during timing: " + short_error(e, self.job.candidate_file))
+        if violation := self.tripwires.process_violation():
+            return self.fail(Status.REJECTED, "during timing: " + violation)
+        self.chan.send(Outputs(phase=request.phase, items=[], checks=self.checks, timing=timing))
+        return True
+
+    def export_timed(self, request: RunPhase) -> bool:
+        """The tripwire checks, then the outputs of the timed iterations the harness picked, recomputed as
+        the timed loop computed them. The judge holds each to the digest sent inside its round."""
+        if violation := self.timing_violation():
+            return self.fail(Status.REJECTED, "during timing: " + violation)
+        items = []
+        for n, trial in enumerate(request.trials):
+            try:
+                outs = self.timer.output_for(trial)
+            except BaseException as e:
+                return self.fail(Status.RUNTIME_ERROR, "recomputing a timed output: " +
+                                 short_error(e, self.job.candidate_file))
+            if n < len(request.trials) - 1:
+                outs = [t.clone() for t in outs]  # the next call overwrites a graph's static outputs
+            self.exports += 1
+            items.append(OutputItem(trial=trial, desc=export_tensors(outs, self.job.job_dir, f"timed{self.exports}")))
+        if violation := self.timing_violation():
+            return self.fail(Status.REJECTED, "during timing: " + violation)
+        self.chan.send(Outputs(phase=request.phase, items=items, checks=self.checks))
         return True
 
 
