@@ -21,8 +21,8 @@ from kbencheval.eval.result import EvalResult, Status, TimingStats
 from kbencheval.eval.seeds import RunSeeds
 
 # Timed iterations are split into rounds that alternate between the judge and the worker: at most
-# MAX_ROUNDS (each costs messages and a judged output), of at least MIN_ROUND iterations. A round's
-# size is also how many output copies the worker keeps, so small rounds keep device memory small.
+# MAX_ROUNDS (each costs messages and a judged output), of at least MIN_ROUND iterations. Each round
+# gives one judged output, so 5-iteration rounds check 8 outputs in the 40 iterations timing may stop at.
 MAX_ROUNDS, MIN_ROUND = 20, 5
 # Generous: the bound catches forged figures, not noise. A round contradicts the candidate's figures when
 # its events explain under WALL_FRACTION of the wall time the reference's loop does not account for; the
