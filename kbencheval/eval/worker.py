@@ -253,6 +253,8 @@ class CandidateWorker:
             try:
                 outs = self.timer.output_for(trial)
             except BaseException as e:
+                if violation := self.tripwires.process_violation():
+                    return self.fail(Status.REJECTED, "recomputing a timed output: " + violation)
                 return self.fail(Status.RUNTIME_ERROR, "recomputing a timed output: " +
                                  short_error(e, self.job.candidate_file))
             if n < len(request.trials) - 1:
