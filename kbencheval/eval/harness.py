@@ -256,7 +256,7 @@ class Evaluator:
         trials = [t for t in trials if not t.stress or t.key not in prep["not_finite"]]
         checks["stress_trials"] = [t.stress for t in trials if t.stress]
         if cfg.on_cpu:
-            return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep, checks)
+            return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep["output_bytes"], checks)
         # The candidate starts once its device memory fits beside the others' on this GPU (gate.reserve).
         # Its worker is forked only then: a waiting worker's CUDA context (~0.5 GB) is in no reservation,
         # and eight waiting ones beside eight idle judges ran an H100 out of memory (2026-11-25).
@@ -265,7 +265,7 @@ class Evaluator:
         checks["device_memory_gb"] = {"reserved": round(need / 2**30, 2), "capacity": round(capacity / 2**30, 2)}
         with self.gate.reserve(need, capacity, gate_window(checks, "memory")):
             try:
-                return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep, checks)
+                return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep["output_bytes"], checks)
             finally:
                 if sum(prep["output_bytes"]) + prep.get("input_bytes", 0) > cfg.timing_input_gb * 2**30:
                     self._release_judge()  # a large problem's timer and outputs: not left behind, unreserved
@@ -276,7 +276,7 @@ class Evaluator:
         except HarnessError:
             pass  # a dead judge holds nothing; the next candidate starts a new one
 
-    def _run_candidate(self, problem, code, backend, seeds, sizes, trials, prep, checks) -> EvalResult:
+    def _run_candidate(self, problem, code, backend, seeds, sizes, trials, output_bytes, checks) -> EvalResult:
         cfg = self.cfg
         self._job_counter += 1
         job_dir = Path(tempfile.mkdtemp(prefix=f"job{self._job_counter}-", dir=self._scratch))
@@ -286,7 +286,7 @@ class Evaluator:
             job_dir=str(job_dir), device=cfg.device_index, problem_source=problem.source, sizes=sizes,
             model_seeds=seeds.model, candidate_file=str(candidate_file),
             allowed_ops=sorted(set(problem.allowed_torch_ops) | set(cfg.allowed_ops)), backend=backend,
-            poison_bytes=prep["output_bytes"],
+            poison_bytes=output_bytes,
             memory_limit_bytes=int(cfg.memory_limit_gb * 2**30) if cfg.on_cpu else 0,
             timing=TimingSpec(enabled=cfg.timing and (not cfg.on_cpu or cfg.timing_on_cpu), mode=cfg.timing_mode,
                               warmup=cfg.warmup, iters=cfg.iters, min_iters=cfg.min_iters,
