@@ -14,7 +14,9 @@ from kbencheval.eval.gate import DeviceGate, physical_device_key
 
 
 def _overlap(a: dict, b: dict) -> bool:
-    return a["start"] < b["end"] and b["start"] < a["end"]
+    """Did any hold of window `a` overlap any hold of window `b` (a phase may hold the gate several times)?"""
+    holds = lambda w: w.get("holds") or [[w["start"], w["end"]]]  # noqa: E731
+    return any(s1 < e2 and s2 < e1 for s1, e1 in holds(a) for s2, e2 in holds(b))
 
 
 def test_shared_holders_overlap_and_the_exclusive_one_is_alone(tmp_path):

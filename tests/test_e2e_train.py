@@ -80,7 +80,7 @@ def test_sft_then_rl_single_then_multi_turn(tmp_path, local_ray, tiny_model):
     # --- RL step 1: single-turn ---
     rl_out = tmp_path / "rl"
     common = [f"model_path={sft_hf}", f"out_dir={rl_out}", "data.problems=L1_1_ReLU", "data.heldout_fraction=0",
-              "rollout.prompts_per_step=2", "rollout.n_samples_per_prompt=4", "rollout.temperature=1.0",
+              "rollout.prompts_per_step=2", "rollout.n_samples_per_prompt=4", "rollout.temperature=0.8",
               "rollout.max_new_tokens=260", "rollout.prompt_style=zero_shot", "reward.preset=staged",
               "train.lr=1e-3", "save_every=1"]
     t0 = time.perf_counter()

@@ -304,7 +304,7 @@ def test_trials_stream_one_at_a_time_and_timed_outputs_are_recomputed_after_the_
     assert all(c.committed and len(c.items) == 1 for c in timed) and len({c.digest_seed for c in timed}) == 4
     gate = result.checks["device_gate"]
     assert gate["timing_setup"]["end"] <= gate["timing"]["start"] and gate["timing"]["end"] <= gate["timed_outputs"]["start"]
-    assert gate["trials"]["held_s"] <= gate["trials"]["end"] - gate["trials"]["start"]  # one hold per trial
+    assert len(gate["trials"]["holds"]) == len(trials)  # one hold per trial: a timer may go between them
 
 
 def test_evaluators_start_side_by_side_each_with_its_own_fork_server():

@@ -193,8 +193,8 @@ def _alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def _recorded(waited: dict | None, t0: float):
-    """With a lock just taken (asked for at t0): add to `waited`'s wait_s and held_s, and keep the first
-    hold's start and the last one's end (a phase may take the gate once per trial)."""
+    """With a lock just taken (asked for at t0): add to `waited`'s wait_s and held_s, keep the first
+    hold's start and the last one's end, and list every hold (a phase may take the gate once per trial)."""
     if waited is None:
         yield
         return
@@ -206,3 +206,4 @@ def _recorded(waited: dict | None, t0: float):
     finally:
         waited["end"] = time.monotonic()
         waited["held_s"] = round(waited.get("held_s", 0.0) + waited["end"] - now, 4)
+        waited.setdefault("holds", []).append([now, waited["end"]])
