@@ -57,6 +57,8 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/timing_loop_profile.json")
     parser.add_argument("--iters", type=int, default=20)
     args = parser.parse_args()
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA or ROCm GPU: it profiles the GPU timing loop (run it on the GPU machine)")
     device = torch.device("cuda:0")
     problems = {p.key: p for level in (1, 2, 3) for p in load_bundled(level)}
     rows = []
