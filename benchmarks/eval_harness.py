@@ -29,6 +29,7 @@ import argparse
 import json
 import statistics
 import queue
+import shutil
 import subprocess
 import sys
 import threading
@@ -58,6 +59,37 @@ def pct(values, q):
     return v[min(len(v) - 1, int(round(q * (len(v) - 1))))] if v else None
 
 
+class GpuBusy:
+    """nvidia-smi's utilization.gpu (the share of time a kernel ran), sampled every 100 ms during a pass:
+    how much of the wall time the device computed at all. None without nvidia-smi."""
+
+    def __init__(self, device: str):
+        self.samples: list[list] = []  # [monotonic time read, percent]
+        self.proc = None
+        if device.startswith("cuda") and shutil.which("nvidia-smi"):
+            index = device.split(":")[1] if ":" in device else "0"
+            self.proc = subprocess.Popen(["nvidia-smi", "-i", index, "--query-gpu=utilization.gpu",
+                                          "--format=csv,noheader,nounits", "-lms", "100"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.strip().isdigit():
+                self.samples.append([round(time.monotonic(), 3), int(line)])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc:
+            self.proc.kill()
+            self.proc.wait()
+
+    def mean(self) -> float | None:
+        return round(statistics.fmean(u for _, u in self.samples), 1) if self.samples else None
+
+
 def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict) -> None:
     """Every bundled solution once; one thread per Evaluator pulls from a shared queue."""
     t_pass = time.perf_counter()
@@ -71,7 +103,7 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
                 p = todo.get_nowait()
             except queue.Empty:
                 return
-            t = time.perf_counter()
+            t, t_mono = time.perf_counter(), time.monotonic()
             r = ev.evaluate(p, "```python\n" + p.solution_source + "```")
             wall = time.perf_counter() - t
             phases = r.checks.get("phases_s", {})
@@ -86,8 +118,9 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
                 "timing_gate_wait_s": r.checks.get("device_gate", {}).get("timing", {}).get("wait_s"),
                 # Per gate phase: seconds waited for the device and held; the exclusive "timing" holds
                 # of all candidates added up bound the throughput of one device from above.
-                "gate_s": {phase: {"wait_s": w.get("wait_s"), "held_s": w.get("held_s")}
+                "gate_s": {phase: {"wait_s": w.get("wait_s"), "held_s": w.get("held_s"), "holds": w.get("holds")}
                            for phase, w in r.checks.get("device_gate", {}).items() if "end" in w},
+                "monotonic_span": [round(t_mono, 3), round(t_mono + wall, 3)],  # the clock of gate holds and GPU samples
                 # Where the exclusive window goes: the rounds' wall clocks and event sums of both sides
                 # (the rest of the window is messages and the bandwidth yardstick).
                 "rounds_s": {key: round(sum(rnd[key] for rnd in r.checks.get("timing_rounds", [])), 4)
@@ -98,6 +131,8 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
                 "device_gb": {"worker_peak": r.checks.get("worker_peak_gb"), "judge": r.checks.get("judge_reserved_gb")},
                 # Per protocol phase, seconds the harness waited on the worker and on the judge.
                 "harness_s": r.checks.get("harness_s"),
+                # The worker's own account of its start (device init, lock-down, init) and first trial.
+                "worker_start_s": r.checks.get("start_s"), "first_trial_s": r.checks.get("first_trials_s"),
             }
             meta.update(device=r.device, sandbox=r.sandbox)
             print(f"{name} {p.key:<32} {r.status.value:<13} speedup={r.speedup} wall={wall:.2f}s "
@@ -139,12 +174,15 @@ def main() -> int:
     evaluators = start_evaluators(cfg, args.workers_per_device)
     startup = time.perf_counter() - t
     rows = {p.key: {"problem": p.key} for p in problems}
-    pass_walls, meta = [], {}
+    pass_walls, gpu_busy, gpu_samples, meta = [], [], [], {}
     try:
         for n in range(args.passes):
             t_pass = time.perf_counter()
-            run_pass(evaluators, problems, rows, f"pass{n + 1}", meta)
+            with GpuBusy(args.device) as busy:
+                run_pass(evaluators, problems, rows, f"pass{n + 1}", meta)
             pass_walls.append(time.perf_counter() - t_pass)
+            gpu_busy.append(busy.mean())
+            gpu_samples.append(busy.samples)
     finally:
         for ev in evaluators:
             ev.close()
@@ -178,13 +216,15 @@ def main() -> int:
         "cold_process_start_s": round(cold, 3),
         "evaluator_startup_s": round(startup, 3),
         "throughput_candidates_per_min": [round(60 * len(problems) / w, 2) for w in pass_walls],
+        "gpu_busy_percent": gpu_busy,
         **per_pass_figures(rows, args.passes),
     }
     if kb_root is not None:
         summary |= compare_with_kernelbench(kb_root, problems, rows, args.device)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"summary": summary, "problems": list(rows.values())}, indent=1))
+    out.write_text(json.dumps({"summary": summary, "problems": list(rows.values()), "gpu_samples": gpu_samples},
+                              indent=1))
 
     print_table(rows, summary)
     print(f"\nwrote {out}")

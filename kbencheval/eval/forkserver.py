@@ -46,14 +46,17 @@ def _job_env(job: dict, plan: dict) -> None:
         os.environ["TRITON_CACHE_DIR"] = os.path.join(job_dir, "triton_cache")
         if plan.get("shared_cache"):
             os.environ.update(TRITON_CACHE_MANAGER=tritoncache.MANAGER, **{tritoncache.SHARED_ENV: plan["shared_cache"]})
-    elif plan.get("shared_cache"):
-        os.environ["TRITON_CACHE_DIR"] = plan["shared_cache"]
+    else:  # it compiles its own comparison kernels (judge_kernels) as it meets new dtypes
+        os.environ["TRITON_CACHE_DIR"] = plan.get("shared_cache") or os.path.join(job_dir, "triton_cache")
     import tempfile
 
     tempfile.tempdir = None  # computed again from TMPDIR
 
 
 def _child(job: dict, plan: dict, layers: list[str]) -> None:
+    import time
+
+    clock = {"forked": time.monotonic()}  # the start's phases, for the worker's phases_s
     os.setsid()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # not inherited across fork
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -88,13 +91,18 @@ def _child(job: dict, plan: dict, layers: list[str]) -> None:
             from kbencheval.eval.sandbox import tritoncache
 
             tritoncache.warm(job["device"])
-    done += sandbox.lock_down(layers, writable=[job["job_dir"], "/tmp", "/dev/shm"])
+    clock["device_up"] = time.monotonic()
+    writable = [job["job_dir"], "/tmp", "/dev/shm"]
+    if job["kind"] == "judge" and plan.get("shared_cache"):
+        writable.append(plan["shared_cache"])  # trusted, and the shared cache's only writer
+    done += sandbox.lock_down(layers, writable=writable)
     expected = {layer for layer in sandbox.WORKER_LAYERS if layer in layers and layer != "pid-ns"}
     if not expected <= set(done):
         raise RuntimeError(f"sandbox layers failed in this worker: {sorted(expected - set(done))}")
     from kbencheval.eval.worker import run_job
 
-    run_job(job, sock)
+    clock["locked"] = time.monotonic()
+    run_job(job, sock, clock)
 
 
 def main() -> None:

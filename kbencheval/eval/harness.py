@@ -294,17 +294,19 @@ class Evaluator:
                               baseline=cfg.baseline, input_budget_bytes=int(cfg.timing_input_gb * 2**30)))
         tolerance = dict(problem.tolerance)
         tolerance.update({k: v for k, v in (("atol", cfg.atol), ("rtol", cfg.rtol)) if v is not None})
-        deadline = time.monotonic() + cfg.timeout_s
+        started = time.monotonic()
+        deadline = started + cfg.timeout_s
         pid = None
         try:
             pid, conn = self._spawn(job.to_dict(), deadline)
-            return Session(self, conn, pid, job, checks, tolerance).run(trials, seeds)
+            return Session(self, conn, pid, job, checks, tolerance).run(trials, seeds, started)
         except TimeoutError:
             return EvalResult(Status.TIMEOUT, error=f"the candidate did not finish within {cfg.timeout_s:g} s",
                               checks=checks)
         except HarnessError as e:
             return EvalResult(Status.RUNTIME_ERROR, error=str(e), checks=checks)
         finally:
+            ended = time.monotonic()
             if pid:
                 kill_group(pid)
                 wait_gone(pid)  # its orphans are re-parented to the fork server only once it is dead
@@ -313,6 +315,8 @@ class Evaluator:
             except HarnessError:
                 pass  # the fork server died: _ensure_server starts a new one before the next candidate
             shutil.rmtree(job_dir, ignore_errors=True)
+            checks.setdefault("harness_s", {})["teardown"] = {"worker_s": round(time.monotonic() - ended, 4),
+                                                              "judge_s": 0.0}
 
 
 # Of the GPU's memory, what the candidates' reservations may add up to: the rest is for the CUDA

@@ -106,16 +106,27 @@ def output_digest(tensors: list, seed: int) -> torch.Tensor:
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
-def digest_bounds(tensors: list, chunk_rows: int = 2048) -> list[float]:
+def row_squares_torch(matrix: torch.Tensor, chunk_rows: int = 2048) -> torch.Tensor:
+    """Per row, the sum of squares in float64 (in row slices): the CPU path, and the oracle of the
+    judge's fused kernel (judge_kernels.row_squares_fused)."""
+    return torch.cat([matrix[i:i + chunk_rows].double().square().sum(1) for i in range(0, matrix.shape[0], chunk_rows)]
+                     or [matrix.new_zeros(0, dtype=torch.float64)])
+
+
+def digest_bounds(tensors: list) -> list[float]:
     """For each digest entry of `tensors` (output_digest's layout), how far a committed digest may be
-    from theirs: DIGEST_SLACK of the dtype times the block's L2 norm (float64, in row slices)."""
+    from theirs: DIGEST_SLACK of the dtype times the block's L2 norm (float64)."""
     bounds = []
     for t in tensors:
         if not isinstance(t, torch.Tensor):
             continue
         matrix, tail = _rows(t)
-        per_row = torch.cat([matrix[i:i + chunk_rows].double().square().sum(1)
-                             for i in range(0, matrix.shape[0], chunk_rows)] or [matrix.new_zeros(0, dtype=torch.float64)])
+        if matrix.is_cuda:  # one pass, no float64 copies; only the judge gets here, so only it imports Triton
+            from kbencheval.eval.judge_kernels import row_squares_fused
+
+            per_row = row_squares_fused(matrix)
+        else:
+            per_row = row_squares_torch(matrix)
         norms = _block_sums(per_row, tail.double().square().sum()).sqrt()
         slack = DIGEST_SLACK.get(t.element_size(), 0.0) if t.is_floating_point() else 0.0
         bounds += (norms * slack).tolist()

@@ -14,6 +14,7 @@ from collections import Counter
 
 import torch
 
+from kbencheval.eval import judge_kernels
 from kbencheval.eval.errors import short_error
 from kbencheval.eval.inputs import (as_tensor_list, build_model, device_name, digest_bounds, digests_match,
                                     load_problem_module, make_inputs, output_digest, pin_global_flags, sync)
@@ -54,8 +55,13 @@ def compare_tensor(i: int, r: torch.Tensor, g: torch.Tensor, tol: dict, scale_at
     return "", stats
 
 
-def _finite_rms(r, chunk: int = 1 << 23) -> float:
-    """Root mean square of the finite elements (0 if none), in slices like _compare_chunked."""
+def _finite_rms(r) -> float:
+    """Root mean square of the finite elements (0 if none): one fused kernel on a GPU (judge_kernels)."""
+    return judge_kernels.finite_rms_fused(r) if judge_kernels.usable(r) else finite_rms_torch(r)
+
+
+def finite_rms_torch(r, chunk: int = 1 << 23) -> float:
+    """_finite_rms in torch ops, in slices like compare_torch: the CPU path and the kernels' oracle."""
     total = torch.zeros((), dtype=torch.float64, device=r.device)
     count = torch.zeros((), dtype=torch.int64, device=r.device)
     for start in range(0, r.numel(), chunk):
@@ -67,10 +73,15 @@ def _finite_rms(r, chunk: int = 1 << 23) -> float:
     return (total / count) ** 0.5 if count else 0.0
 
 
-def _compare_chunked(r, g, atol, rtol, chunk: int = 1 << 23):
+def _compare_chunked(r, g, atol, rtol) -> tuple[float, int, int]:
+    """(max abs diff, elements out of tolerance, NaN/Inf that differ): one fused kernel on a GPU."""
+    return judge_kernels.compare_fused(r, g, atol, rtol) if judge_kernels.usable(r, g) else compare_torch(r, g, atol, rtol)
+
+
+def compare_torch(r, g, atol, rtol, chunk: int = 1 << 23) -> tuple[float, int, int]:
     """float64 elementwise check in slices, so a multi-GB output needs no multi-GB temporaries. The
     counts stay on the device until the end: one sync per output, not several per slice (a sync waits
-    for the device's time slice among every process on it)."""
+    for the device's time slice among every process on it). The CPU path and the kernels' oracle."""
     zero = lambda dtype: torch.zeros((), dtype=dtype, device=r.device)  # noqa: E731
     max_diff, n_bad, n_special = zero(torch.float64), zero(torch.int64), zero(torch.int64)
     for start in range(0, r.numel(), chunk):

@@ -65,11 +65,13 @@ class Session:
         self.kernels: dict = {}  # what the timed work ran, as the harness read it (checks["device_kernels"])
         self.watchdog = None
 
-    def run(self, trials: list[Trial], seeds: RunSeeds) -> EvalResult:
+    def run(self, trials: list[Trial], seeds: RunSeeds, started: float | None = None) -> EvalResult:
+        """`started`: when the worker's fork was requested (its start, until Ready, is `harness_s["start"]`)."""
         cfg = self.ev.cfg
         self.watchdog = _MemoryWatchdog(self.pid, cfg.memory_limit_gb) if not cfg.on_cpu else None
         try:
             self.expect(Ready)
+            self.add_spent("start", "worker_s", time.monotonic() if started is None else started)
             self.compiled = True
             # One trial per request, judged before the next: the worker and the judge each hold one trial's
             # tensors, not all of them (4 Evaluators ran an H100 out of memory that way). The device is

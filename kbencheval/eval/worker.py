@@ -29,8 +29,8 @@ from kbencheval.eval.tripwires import LaunchTracker, OpCapture, Tripwires, os_th
 class CandidateWorker:
     """One candidate, one model instance, phases driven by the harness."""
 
-    def __init__(self, job: CandidateJob, chan: Channel):
-        self.job, self.chan = job, chan
+    def __init__(self, job: CandidateJob, chan: Channel, clock: dict | None = None):
+        self.job, self.chan, self.clock = job, chan, clock or {}
         self.device = torch.device(job.device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -52,6 +52,10 @@ class CandidateWorker:
             del sys.modules[name]
 
     def run(self) -> None:
+        if {"forked", "device_up", "locked"} <= set(self.clock):  # where the start went, for the benchmarks
+            self.checks["start_s"] = {"device_init_s": self.clock["device_up"] - self.clock["forked"],
+                                      "lock_down_s": self.clock["locked"] - self.clock["device_up"],
+                                      "worker_init_s": time.monotonic() - self.clock["locked"]}
         if not self.load():
             return
         self.chan.send(Ready(checks=self.checks))
@@ -132,6 +136,7 @@ class CandidateWorker:
             desc = export_tensors(outs, self.job.job_dir, f"{request.phase}{self.exports}")
             items.append(OutputItem(trial=trial, desc=desc))
         phases = self.checks["phases_s"]  # trials come one request each: their times add up
+        self.checks.setdefault(f"first_{request.phase}_s", time.perf_counter() - clock)  # Triton compiles here
         phases[f"{request.phase}_s"] = phases.get(f"{request.phase}_s", 0.0) + time.perf_counter() - clock
         if self.device.type == "cuda" and torch.cuda.memory_reserved(self.device) - \
                 torch.cuda.memory_allocated(self.device) > 1 << 30:
@@ -267,8 +272,9 @@ class CandidateWorker:
         return True
 
 
-def run_job(job: dict, sock) -> None:
-    """Entry point of a forked child (kbencheval.eval.forkserver): a judge or a candidate worker."""
+def run_job(job: dict, sock, clock: dict | None = None) -> None:
+    """Entry point of a forked child (kbencheval.eval.forkserver): a judge or a candidate worker.
+    `clock`: monotonic times of its start (forked, device_up, locked), reported in checks["start_s"]."""
     os.chdir(job["job_dir"])
     if job["kind"] == "judge":
         from kbencheval.eval.judge import run_judge  # trusted; never runs candidate code
@@ -276,6 +282,6 @@ def run_job(job: dict, sock) -> None:
         run_judge(JudgeJob(**job), sock)
         return
     try:
-        CandidateWorker(CandidateJob.from_dict(job), Channel(sock)).run()
+        CandidateWorker(CandidateJob.from_dict(job), Channel(sock), clock).run()
     except EOFError:
         pass
