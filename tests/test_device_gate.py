@@ -221,3 +221,27 @@ def _wait_for_an_exclusive_waiter(gate: DeviceGate, timeout_s: float = 120.0) ->
         raise AssertionError("nobody waited for the device alone")
     finally:
         os.close(fd)
+
+
+def test_a_worker_killed_by_a_driver_out_of_memory_error_names_it_and_is_retried():
+    """torch's CUDA errors end in three lines of advice; a worker that dies of one ("CUDA error: out of
+    memory", e.g. its context created on a full device) must say so, and is re-run with the device alone."""
+    from kbencheval.dataset import load_bundled
+    from kbencheval.eval.harness import EvalConfig, Evaluator
+
+    relu = next(p for p in load_bundled(1) if p.problem_id == 1)
+    head = "def forward(self, x: torch.Tensor) -> torch.Tensor:"
+    dies = "\n".join(f"        {line}" for line in (
+        "import os, sys",
+        "print('RuntimeError: CUDA error: out of memory', file=sys.stderr)",
+        "print('CUDA kernel errors might be asynchronously reported at some other API call', file=sys.stderr)",
+        "print('For debugging consider passing CUDA_LAUNCH_BLOCKING=1', file=sys.stderr)",
+        "print('Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.', file=sys.stderr)",
+        "sys.stderr.flush()",
+        "os._exit(1)"))
+    text = "```python\n" + relu.solution_source.replace(head, f"{head}\n{dies}") + "```"
+    with Evaluator(EvalConfig(device="cpu", trials=1, stress_trials=False, timeout_s=60, static_checks=False)) as ev:
+        result = ev.evaluate(relu, text)
+    assert result.status.value == "runtime_error", result.error
+    assert "exited with code 1" in result.error and "RuntimeError: CUDA error: out of memory" in result.error
+    assert "device_oom_retry" in result.checks

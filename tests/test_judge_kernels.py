@@ -74,7 +74,8 @@ def check_all(device: str) -> int:
 
 
 def test_fused_comparisons_match_the_torch_path_under_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, "-c", "from tests.test_judge_kernels import check_all; "
                            "print('checked', check_all('cpu'))"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -344,8 +344,9 @@ def device_bytes_needed(prep: dict, cfg: EvalConfig) -> int:
 
 
 def _device_out_of_memory(result: EvalResult) -> bool:
-    """A runtime error from torch's CUDA allocator (the candidate's or the judge's), not the host's."""
-    return result.status == Status.RUNTIME_ERROR and re.search(r"(CUDA|HIP) out of memory", result.error or "") is not None
+    """A runtime error from torch's CUDA allocator or the driver ("CUDA error: out of memory", e.g. a
+    context created on a full device), the candidate's or the judge's; not the host's."""
+    return result.status == Status.RUNTIME_ERROR and re.search(r"(CUDA|HIP)( error:)? out of memory", result.error or "") is not None
 
 
 def _versions() -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import statistics
 import threading
@@ -318,6 +319,11 @@ class Session:
             error = f"the candidate process exited with code {status['code']} before finishing"
         else:
             error = "the candidate process closed its channel before finishing"
+        # The exception's own line first: torch's CUDA errors end in three lines of advice that a
+        # tail alone would keep instead of "CUDA error: out of memory" (seen on the H100).
+        raised = last_exception_line(Path(self.job.job_dir) / "worker.log")
+        if raised and raised not in log_tail:
+            log_tail = f"{raised} | {log_tail}"
         if log_tail:
             error += f": {log_tail}"
         return EvalResult(Status.RUNTIME_ERROR, compiled=self.compiled, error=error[:600], checks=self.checks)
@@ -387,6 +393,16 @@ def tail(path: Path, n: int = 3) -> str:
     except OSError:
         return ""
     return " | ".join(lines[-n:])[-400:]
+
+
+def last_exception_line(path: Path) -> str:
+    """The last 'SomeError: message' line of a log (a traceback's final line), or ''."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.strip()[:300] for line in reversed(lines)
+                 if re.match(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*:", line.strip())), "")
 
 
 class _MemoryWatchdog:
