@@ -66,7 +66,7 @@ def test_candidates_that_fit_the_device_together_run_together_and_the_rest_wait(
     assert _overlap(windows["a"], windows["b"])  # 60 of 72 GB: side by side (one lock took turns before)
     assert windows["c"]["start"] >= windows["a"]["end"]  # a third does not fit: it starts when one ends
     assert windows["c"]["wait_s"] > 0.15
-    assert gate.reserved() == {"held": {}, "queue": []}  # every reservation given back
+    assert gate.reserved() == {"held": {}, "queue": [], "standing": {}}  # every reservation given back
 
 
 def _large_waits_beside_small(gate, small_delay: float) -> dict:
@@ -245,3 +245,50 @@ def test_a_worker_killed_by_a_driver_out_of_memory_error_names_it_and_is_retried
     assert result.status.value == "runtime_error", result.error
     assert "exited with code 1" in result.error and "RuntimeError: CUDA error: out of memory" in result.error
     assert "device_oom_retry" in result.checks
+
+
+def test_what_an_idle_judge_keeps_counts_against_the_others_until_its_evaluator_reserves_again(tmp_path):
+    """An Evaluator's judge keeps the problem's timer and outputs between candidates: that standing
+    memory holds back other Evaluators' candidates, but not its own next one (its reservation covers
+    the judge), and is gone once the Evaluator closes."""
+    import os
+
+    gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
+    with gate.reserve(10 * GB, 25 * GB, owner="a") as reservation:
+        reservation.standing_after = 8 * GB
+    assert gate.reserved()["standing"] == {"a": [os.getpid(), 8 * GB]}
+    started = threading.Event()
+    release_c = threading.Event()
+
+    def hold_c():
+        with gate.reserve(10 * GB, 25 * GB, owner="c"):
+            started.set()
+            release_c.wait(10)
+
+    c = threading.Thread(target=hold_c)
+    c.start()
+    assert started.wait(10)  # 8 standing + 10 fit
+    windows = {"b": {}}
+
+    def hold_b():
+        with gate.reserve(10 * GB, 25 * GB, windows["b"], owner="b"):
+            pass
+
+    b = threading.Thread(target=hold_b)
+    b.start()
+    time.sleep(0.5)
+    assert "start" not in windows["b"]  # 8 standing + 10 held + 10 > 25: b waits
+    ledger = gate.reserved()
+    assert len(ledger["queue"]) == 1 and ledger["queue"][0][2] == 10 * GB
+    # a's own next candidate: its judge is inside its reservation, so 10 held + 15 fit (b is first in
+    # line, but has waited less than BYPASS_S, and a fits now).
+    with gate.reserve(15 * GB, 25 * GB, owner="a"):
+        assert "a" not in gate.reserved()["standing"]
+    release_c.set()
+    c.join(10)
+    b.join(10)
+    assert windows["b"]["wait_s"] > 0.4
+    with gate.reserve(GB, 25 * GB, owner="d") as reservation:
+        reservation.standing_after = 3 * GB
+    gate.forget("d")
+    assert "d" not in gate.reserved()["standing"]

@@ -103,26 +103,39 @@ class DeviceGate:
         return self._hold(fcntl.LOCK_EX, waited)
 
     @contextlib.contextmanager
-    def reserve(self, nbytes: int, capacity: int, waited: dict | None = None):
+    def reserve(self, nbytes: int, capacity: int, waited: dict | None = None, owner: str = ""):
         """Held for a candidate's whole evaluation: `nbytes` of device memory, admitted once every
-        reservation on the device fits `capacity` (a lone request is admitted whatever its size).
-        Requests are served in order, except that a later one that fits now may start before the
-        first in line while that one has waited less than BYPASS_S: small candidates keep the device
-        busy while a large one waits for room, and after BYPASS_S the large one is next (no starvation)."""
+        reservation on the device, and what idle judges keep (`standing`), fits `capacity` (a lone
+        request is admitted whatever its size). Requests are served in order, except that a later one
+        that fits now may start before the first in line while that one has waited less than BYPASS_S:
+        small candidates keep the device busy while a large one waits for room, and after BYPASS_S the
+        large one is next (no starvation).
+
+        `owner` names the Evaluator: what its judge keeps counts as standing memory between its
+        candidates, and inside its own reservation, which covers the judge, not at all. Yields a
+        `Reservation`: set its `standing_after` to what the judge keeps once the candidate is done."""
         t0 = time.monotonic()
         ticket = f"{os.getpid()}-{threading.get_ident()}-{next(_TICKETS)}"
+        owner = owner or ticket
         self._update(lambda ledger: ledger["queue"].append([ticket, os.getpid(), int(nbytes), time.time()]))
+        reservation = Reservation()
         try:
-            while not self._update(lambda ledger: _admit(ledger, ticket, capacity)):
+            while not self._update(lambda ledger: _admit(ledger, ticket, capacity, owner)):
                 time.sleep(RESERVE_POLL_S)
             with _recorded(waited, t0):
-                yield
+                yield reservation
         finally:
-            self._update(lambda ledger: _drop(ledger, ticket))
+            self._update(lambda ledger: _drop(ledger, ticket, owner, reservation.standing_after))
+
+    def forget(self, owner: str) -> None:
+        """The Evaluator `owner` is closed: its judge keeps nothing any more."""
+        self._update(lambda ledger: ledger["standing"].pop(owner, None))
 
     def reserved(self) -> dict:
-        """{"held": {ticket: [pid, bytes]}, "queue": [[ticket, pid, bytes, enqueued], ...]}, live ones only."""
-        return self._update(lambda ledger: {"held": dict(ledger["held"]), "queue": list(ledger["queue"])})
+        """{"held": {ticket: [pid, bytes]}, "queue": [[ticket, pid, bytes, enqueued], ...],
+        "standing": {owner: [pid, bytes]}}, live ones only."""
+        return self._update(lambda ledger: {"held": dict(ledger["held"]), "queue": list(ledger["queue"]),
+                                            "standing": dict(ledger["standing"])})
 
     def _update(self, change):
         """Applies `change` to the ledger under its lock (dead holders dropped first); returns its result."""
@@ -133,8 +146,10 @@ class DeviceGate:
             before = json.dumps(ledger)
             alive = {pid for pid in {e[0] for e in ledger["held"].values()} | {e[1] for e in ledger["queue"]}
                      if _alive(pid)}
+            alive |= {e[0] for e in ledger["standing"].values() if _alive(e[0])}
             ledger["held"] = {t: e for t, e in ledger["held"].items() if e[0] in alive}
             ledger["queue"] = [e for e in ledger["queue"] if e[1] in alive]
+            ledger["standing"] = {o: e for o, e in ledger["standing"].items() if e[0] in alive}
             result = change(ledger)
             if (after := json.dumps(ledger)) != before:  # waiters poll: most looks change nothing
                 tmp = self.ledger.with_suffix(f".{os.getpid()}.tmp")
@@ -149,10 +164,10 @@ class DeviceGate:
         try:
             ledger = json.loads(self.ledger.read_text())
             if isinstance(ledger.get("held"), dict) and isinstance(ledger.get("queue"), list):
-                return ledger
+                return {"standing": {}, **ledger}
         except (OSError, ValueError, AttributeError):
             pass  # none yet, or torn by a crash: the live holders re-register nothing, so start empty
-        return {"held": {}, "queue": []}
+        return {"held": {}, "queue": [], "standing": {}}
 
 
 RESERVE_POLL_S = 0.02
@@ -160,9 +175,15 @@ BYPASS_S = 15.0  # how long the first in line lets later, smaller requests go fi
 _TICKETS = itertools.count()
 
 
-def _admit(ledger: dict, ticket: str, capacity: int) -> bool:
+class Reservation:
+    standing_after = 0
+    """Bytes the owner's judge keeps once the reservation ends (its cached outputs and timer)."""
+
+
+def _admit(ledger: dict, ticket: str, capacity: int, owner: str) -> bool:
     """Moves `ticket` from the queue to the holders if it may start now (see DeviceGate.reserve)."""
     used = sum(nbytes for _, nbytes in ledger["held"].values())
+    used += sum(nbytes for o, (_, nbytes) in ledger["standing"].items() if o != owner)
     for position, (t, pid, nbytes, _) in enumerate(ledger["queue"]):
         if t != ticket:
             continue
@@ -171,14 +192,18 @@ def _admit(ledger: dict, ticket: str, capacity: int) -> bool:
         if fits and (position == 0 or (first_waited < BYPASS_S and ledger["held"])):
             ledger["queue"].pop(position)
             ledger["held"][ticket] = [pid, nbytes]
+            ledger["standing"].pop(owner, None)  # inside the reservation now
             return True
         return False
     raise RuntimeError(f"device memory reservation {ticket} vanished from the ledger")
 
 
-def _drop(ledger: dict, ticket: str) -> None:
-    ledger["held"].pop(ticket, None)
+def _drop(ledger: dict, ticket: str, owner: str = "", standing: int = 0) -> None:
+    """Ends `ticket`; with an `owner`, what its judge keeps from now on counts as standing memory."""
+    entry = ledger["held"].pop(ticket, None)
     ledger["queue"] = [e for e in ledger["queue"] if e[0] != ticket]
+    if owner and standing > 0 and entry:
+        ledger["standing"][owner] = [entry[0], int(standing)]
 
 
 def _alive(pid: int) -> bool:

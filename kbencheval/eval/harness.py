@@ -88,6 +88,8 @@ class Evaluator:
         self.restarts = {"fork_server": 0, "judge": 0}
         """Processes restarted after they died (a candidate's doing, or anything else), over this Evaluator's life."""
         self._judge_pid = self._judge_init = None
+        self._judge_kept = 0  # device bytes the judge's allocator held at its last reply
+        self._owner = f"{os.getpid()}-{id(self)}"  # this Evaluator in the device gate's ledger
         self._judge_started = False
         self._judge: _Conn | None = None
         self._lock = threading.Lock()
@@ -108,6 +110,7 @@ class Evaluator:
             if pid:
                 kill_group(pid)
         self._judge = self._judge_pid = self._judge_init = None
+        self._judge_kept = 0
 
     def wait_ready(self) -> None:
         """For `Evaluator(cfg, wait_ready=False)`: blocks until the fork server is up (HarnessError if it failed)."""
@@ -115,6 +118,7 @@ class Evaluator:
 
     def close(self):
         self._kill_judge()
+        self.gate.forget(self._owner)
         self._server.close()
         shutil.rmtree(self._scratch, ignore_errors=True)
 
@@ -179,7 +183,9 @@ class Evaluator:
         if line is None:
             self._kill_judge()
             raise HarnessError(f"the judge process died: {tail(Path(self._judge_dir) / 'worker.log', 6)}")
-        return json.loads(line)
+        reply = json.loads(line)
+        self._judge_kept = reply.get("reserved_bytes", self._judge_kept)
+        return reply
 
     # -- the public call --
     def evaluate(self, problem: Problem, text: str, *, backend: str | None = None,
@@ -263,12 +269,16 @@ class Evaluator:
         need = device_bytes_needed(prep, cfg)
         capacity = int(DEVICE_MEMORY_FRACTION * prep.get("device_total_bytes", need))
         checks["device_memory_gb"] = {"reserved": round(need / 2**30, 2), "capacity": round(capacity / 2**30, 2)}
-        with self.gate.reserve(need, capacity, gate_window(checks, "memory")):
+        with self.gate.reserve(need, capacity, gate_window(checks, "memory"), owner=self._owner) as reservation:
             try:
                 return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep["output_bytes"], checks)
             finally:
                 if sum(prep["output_bytes"]) + prep.get("input_bytes", 0) > cfg.timing_input_gb * 2**30:
-                    self._release_judge()  # a large problem's timer and outputs: not left behind, unreserved
+                    self._release_judge()  # a large problem's timer and outputs: not left behind
+                # What the judge keeps for the next candidate of this problem counts against the device
+                # from now on: eight idle judges' timers and outputs, counted nowhere, left a new
+                # worker's CUDA context no room on the H100 (2026-11-25).
+                reservation.standing_after = self._judge_kept
 
     def _release_judge(self) -> None:
         try:

@@ -168,7 +168,7 @@ class Judge:
                                        for t in [*self.model.parameters(), *self.model.buffers()])
             reply["device_total_bytes"] = torch.cuda.get_device_properties(self.device).total_memory
         self.release_memory()
-        return reply
+        return reply | self.kept()
 
     def release(self) -> dict:
         """Drops the problem's timer and cached outputs: after a large candidate, an idle judge would
@@ -177,7 +177,12 @@ class Judge:
         self.timer = self.timer_key = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        return {"ok": True}
+        return {"ok": True, **self.kept()}
+
+    def kept(self) -> dict:
+        """What this judge's allocator holds on the device: between candidates, its cached outputs and
+        timer, which the device gate counts as standing memory (gate.DeviceGate.reserve)."""
+        return {"reserved_bytes": torch.cuda.memory_reserved(self.device)} if self.device.type == "cuda" else {}
 
     def compare(self, msg: Compare) -> dict:
         if wrong := check_items(msg.expected, msg.items):
@@ -203,7 +208,7 @@ class Judge:
                 break
         sync(self.device)
         self.release_memory()
-        return {"ok": True, "results": results}
+        return {"ok": True, "results": results, **self.kept()}
 
     def release_memory(self) -> None:
         """Give the allocator's free blocks back to the device: the judge lives across candidates, and
