@@ -62,13 +62,13 @@ def _finite_squares_kernel(x_ptr, n, sum_ptr, count_ptr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _row_squares_kernel(x_ptr, width, out_ptr, BLOCK: tl.constexpr):
-    """One program per row of `width` elements: the row's sum of squares in float64."""
+def _row_squares_kernel(x_ptr, out_ptr, WIDTH: tl.constexpr, BLOCK: tl.constexpr):
+    """One program per row of WIDTH elements (the digest's rows: one width per run) in float64."""
     row = tl.program_id(0).to(tl.int64)
     total = tl.zeros((BLOCK,), dtype=tl.float64)
-    for start in range(0, width, BLOCK):
+    for start in range(0, WIDTH, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * width + cols, mask=cols < width, other=0.0).to(tl.float64)
+        x = tl.load(x_ptr + row * WIDTH + cols, mask=cols < WIDTH, other=0.0).to(tl.float64)
         total += x * x
     tl.store(out_ptr + row, tl.sum(total, axis=0))
 
@@ -112,7 +112,7 @@ def row_squares_fused(matrix: torch.Tensor) -> torch.Tensor:
     rows, width = matrix.shape
     out = torch.empty(rows, dtype=torch.float64, device=matrix.device)
     if rows and width:
-        _row_squares_kernel[(rows,)](matrix, width, out, BLOCK=min(1024, triton.next_power_of_2(width)))
+        _row_squares_kernel[(rows,)](matrix, out, WIDTH=width, BLOCK=min(1024, triton.next_power_of_2(width)))
     else:
         out.zero_()
     return out
