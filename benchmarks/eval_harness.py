@@ -145,6 +145,20 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
         t.join()
 
 
+def run_passes(evaluators: list, problems: list, rows: dict, passes: int, device: str) -> tuple:
+    """Every pass in turn: (wall seconds, mean GPU busy %, GPU busy samples) per pass, and what the
+    results said about the device and the sandbox."""
+    pass_walls, gpu_busy, gpu_samples, meta = [], [], [], {}
+    for n in range(passes):
+        t_pass = time.perf_counter()
+        with GpuBusy(device) as busy:
+            run_pass(evaluators, problems, rows, f"pass{n + 1}", meta)
+        pass_walls.append(time.perf_counter() - t_pass)
+        gpu_busy.append(busy.mean())
+        gpu_samples.append(busy.samples)
+    return pass_walls, gpu_busy, gpu_samples, meta
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
@@ -174,15 +188,8 @@ def main() -> int:
     evaluators = start_evaluators(cfg, args.workers_per_device)
     startup = time.perf_counter() - t
     rows = {p.key: {"problem": p.key} for p in problems}
-    pass_walls, gpu_busy, gpu_samples, meta = [], [], [], {}
     try:
-        for n in range(args.passes):
-            t_pass = time.perf_counter()
-            with GpuBusy(args.device) as busy:
-                run_pass(evaluators, problems, rows, f"pass{n + 1}", meta)
-            pass_walls.append(time.perf_counter() - t_pass)
-            gpu_busy.append(busy.mean())
-            gpu_samples.append(busy.samples)
+        pass_walls, gpu_busy, gpu_samples, meta = run_passes(evaluators, problems, rows, args.passes, args.device)
     finally:
         for ev in evaluators:
             ev.close()

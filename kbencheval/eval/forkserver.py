@@ -56,7 +56,7 @@ def _job_env(job: dict, plan: dict) -> None:
 def _child(job: dict, plan: dict, layers: list[str]) -> None:
     import time
 
-    clock = {"forked": time.monotonic()}  # the start's phases, for the worker's phases_s
+    clock = {"forked": time.monotonic()}  # where its start goes: the worker reports it in checks["start_s"]
     os.setsid()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # not inherited across fork
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)

@@ -45,7 +45,7 @@ def compare_tensor(i: int, r: torch.Tensor, g: torch.Tensor, tol: dict, scale_at
     rtol = tol.get("rtol", default_tolerance(r.dtype))
     if scale_atol:  # stress trials: the absolute tolerance follows the output's magnitude
         atol *= max(1.0, _finite_rms(r.reshape(-1)))
-    max_diff, n_bad, n_special = _compare_chunked(r.reshape(-1), g.reshape(-1), atol, rtol)
+    max_diff, n_bad, n_special = _compare_floats(r.reshape(-1), g.reshape(-1), atol, rtol)
     stats = {f"output{i}_max_abs_diff": max_diff}
     if n_special:
         return f"output {i} has {n_special} NaN/Inf values that differ from the reference's", stats
@@ -73,7 +73,7 @@ def finite_rms_torch(r, chunk: int = 1 << 23) -> float:
     return (total / count) ** 0.5 if count else 0.0
 
 
-def _compare_chunked(r, g, atol, rtol) -> tuple[float, int, int]:
+def _compare_floats(r, g, atol, rtol) -> tuple[float, int, int]:
     """(max abs diff, elements out of tolerance, NaN/Inf that differ): one fused kernel on a GPU."""
     return judge_kernels.compare_fused(r, g, atol, rtol) if judge_kernels.usable(r, g) else compare_torch(r, g, atol, rtol)
 

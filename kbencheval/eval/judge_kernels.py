@@ -1,6 +1,6 @@
 """The judge's comparisons in one pass over the data: Triton kernels for GPU tensors.
 
-Written as torch ops (judge.py's `_compare_chunked`, kept as the CPU path and as these kernels' test
+Written as torch ops (judge.py's `compare_torch`, kept as the CPU path and as these kernels' test
 oracle), a float64 comparison of a 1 GiB output made about fifteen passes over float64 temporaries;
 on an H100 the judge's comparisons were the largest share of the device's busy time after the timed
 loops (benchmarks/judge_compare.py). Here each element is read once, widened to float64 in registers,
@@ -79,7 +79,7 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
 
 def compare_fused(r: torch.Tensor, g: torch.Tensor, atol: float, rtol: float) -> tuple[float, int, int]:
     """(max abs diff where both are finite, elements outside atol + rtol * |r|, NaN/Inf that differ):
-    judge._compare_chunked's answer. `r` and `g`: the same shape, dtype and GPU."""
+    judge.compare_torch's answer. `r` and `g`: the same shape, dtype and GPU."""
     r, g = _flat(r), _flat(g)
     n = r.numel()
     if n == 0:
