@@ -1,0 +1,25 @@
+"""The evaluator benchmarks' own arithmetic, on synthetic records (the runs themselves need a GPU)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import gpu_busy_by_window  # noqa: E402
+
+
+def test_gpu_samples_are_attributed_to_the_gate_window_they_fall_in():
+    # One candidate from t=10 to t=13: trials 10.0-11.0, timing 11.5-12.0; the rest of it is "outside".
+    run = {"monotonic_span": [10.0, 13.0],
+           "gate_s": {"memory": {"holds": [[10.0, 13.0]]}, "trials": {"holds": [[10.0, 11.0]]},
+                      "timing": {"holds": [[11.5, 12.0]]}}}
+    # A sample stands for the 100 ms before it was read: these stand for 10.0-10.1, 10.1-10.2, ...
+    middles = [10.05 + 0.1 * k for k in range(35)]
+    samples = [[t + 0.05, 100 if 11.5 < t < 12.0 else 20] for t in middles]
+    table = gpu_busy_by_window.attribute({"problems": [{"pass1": run}], "gpu_samples": [samples]})
+    wall = {window: round(v[0], 2) for window, v in table.items()}
+    busy = {window: round(v[1], 2) for window, v in table.items()}
+    assert wall == {"trials": 1.0, "outside": 1.5, "timing": 0.5, "between candidates": 0.5}
+    assert busy == {"trials": 0.2, "outside": 0.3, "timing": 0.5, "between candidates": 0.1}
