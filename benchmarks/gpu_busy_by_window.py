@@ -45,8 +45,12 @@ def main() -> None:
     parser.add_argument("result", help="an eval_harness.py JSON written with --workers-per-device 1")
     parser.add_argument("--pass-index", type=int, default=0, help="which pass (0: the first)")
     args = parser.parse_args()
-    result = json.loads(Path(args.result).read_text())
-    if result["summary"].get("workers_per_device") != 1:
+    try:
+        result = json.loads(Path(args.result).read_text())
+        workers = result["summary"]["workers_per_device"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        parser.error(f"{args.result} is not an eval_harness.py result ({type(e).__name__}: {e})")
+    if workers != 1:
         parser.error("the windows of several Evaluators overlap: run eval_harness.py with --workers-per-device 1")
     if not result.get("gpu_samples"):
         parser.error("no GPU samples in this result: it ran without nvidia-smi (or before eval_harness.py took them)")
