@@ -23,6 +23,18 @@ def test_solution_is_correct_and_timed(gpu_eval):
     assert ran["source"] == "graph" and ran["kernels"] == {"relu_kernel": 1}, ran
 
 
+def test_the_candidates_triton_compile_runs_with_the_device_let_go(gpu_eval):
+    """relu_kernel compiles at the first trial's first launch (each worker has its own cache): the
+    harness lets go of the trial's hold for it and takes the device again before the launch."""
+    result = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
+    assert result.status == Status.CORRECT, result.error
+    aside = result.checks["compiles_aside"]
+    assert aside["count"] >= 1 and aside["device_let_go"] >= 1 and aside["seconds"] > 0, aside
+    trials = result.checks["device_gate"]["trials"]
+    compared = len(result.checks["correctness_trials"])
+    assert len(trials["holds"]) == compared + aside["device_let_go"], (trials["holds"], aside)
+
+
 def test_cuda_graph_mode():
     with Evaluator(EvalConfig(device="cuda", iters=20, timing_mode="cuda_graph")) as ev:
         result = ev.evaluate(RELU, "```python\n" + RELU.solution_source + "```")

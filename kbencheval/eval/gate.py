@@ -79,20 +79,12 @@ class DeviceGate:
 
     @contextlib.contextmanager
     def _hold(self, mode: int, waited: dict | None):
-        t0 = time.monotonic()
-        turnstile, device = self._open("turnstile"), self._open("device")
+        hold = Hold(self, mode, waited)
+        hold.acquire()
         try:
-            fcntl.flock(turnstile, fcntl.LOCK_EX)  # queue behind a timer that is already waiting
-            try:
-                fcntl.flock(device, mode)
-            finally:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
-            with _recorded(waited, t0):
-                yield
+            yield hold
         finally:
-            fcntl.flock(device, fcntl.LOCK_UN)
-            os.close(device)
-            os.close(turnstile)
+            hold.release()
 
     def shared(self, waited: dict | None = None):
         """Correctness work: shares the device with other shared holders. `waited` gets wait_s, start, end."""
@@ -216,19 +208,73 @@ def _alive(pid: int) -> bool:
     return True
 
 
+class Hold:
+    """One holder's place on the device: taken through the turnstile, and it can step aside
+    (`stepped_aside`) while its holder does CPU-only work, such as a candidate's Triton compile, so that a
+    waiting timer does not wait for that work. `waited` gets wait_s, held_s, the first hold's start, the
+    last one's end and every hold (a phase may take the gate once per trial, and again after a compile)."""
+
+    def __init__(self, gate: DeviceGate, mode: int, waited: dict | None):
+        self.gate, self.mode, self.waited = gate, mode, waited
+        self.fds: tuple[int, int] | None = None
+        self.since = 0.0
+
+    def acquire(self) -> None:
+        t0 = time.monotonic()
+        turnstile, device = self.gate._open("turnstile"), self.gate._open("device")
+        try:
+            fcntl.flock(turnstile, fcntl.LOCK_EX)  # queue behind a timer that is already waiting
+            try:
+                fcntl.flock(device, self.mode)
+            finally:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        except BaseException:
+            os.close(device)
+            os.close(turnstile)
+            raise
+        self.fds, self.since = (turnstile, device), time.monotonic()
+        _note_wait(self.waited, t0, self.since)
+
+    def release(self) -> None:
+        if self.fds is None:
+            return
+        turnstile, device = self.fds
+        self.fds = None
+        _note_hold(self.waited, self.since, time.monotonic())  # before the next holder can start
+        fcntl.flock(device, fcntl.LOCK_UN)
+        os.close(device)
+        os.close(turnstile)
+
+    @contextlib.contextmanager
+    def stepped_aside(self):
+        """Lets go of the device for the block and takes it again, through the turnstile, after it. If
+        the block raises, the device stays released: the holder is finishing, not coming back."""
+        self.release()
+        yield
+        self.acquire()
+
+
 @contextlib.contextmanager
 def _recorded(waited: dict | None, t0: float):
-    """With a lock just taken (asked for at t0): add to `waited`'s wait_s and held_s, keep the first
-    hold's start and the last one's end, and list every hold (a phase may take the gate once per trial)."""
-    if waited is None:
-        yield
-        return
+    """Around a reservation just admitted (asked for at t0): its wait and its hold, as `Hold` records them."""
     now = time.monotonic()
-    waited["wait_s"] = round(waited.get("wait_s", 0.0) + now - t0, 4)
-    waited.setdefault("start", now)
+    _note_wait(waited, t0, now)
     try:
         yield
     finally:
-        waited["end"] = time.monotonic()
-        waited["held_s"] = round(waited.get("held_s", 0.0) + waited["end"] - now, 4)
-        waited.setdefault("holds", []).append([now, waited["end"]])
+        _note_hold(waited, now, time.monotonic())
+
+
+def _note_wait(waited: dict | None, asked: float, taken: float) -> None:
+    """Adds to wait_s and keeps the first hold's start."""
+    if waited is not None:
+        waited["wait_s"] = round(waited.get("wait_s", 0.0) + taken - asked, 4)
+        waited.setdefault("start", taken)
+
+
+def _note_hold(waited: dict | None, start: float, end: float) -> None:
+    """Adds to held_s, keeps the last hold's end and lists every hold."""
+    if waited is not None:
+        waited["end"] = end
+        waited["held_s"] = round(waited.get("held_s", 0.0) + end - start, 4)
+        waited.setdefault("holds", []).append([start, end])

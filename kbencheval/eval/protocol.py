@@ -12,6 +12,11 @@ The conversation (the harness drives; the worker only answers):
     harness -> RunPhase(phase, trials, ...)     the trials' seeds are drawn at run time and sent only now
     worker -> Outputs(phase, items) | Failure   exactly one item per requested trial
     ...                                         (the harness asks the judge, then asks for the next phase)
+
+Inside a phase, before Triton compiles a kernel (CPU work, seconds), the worker waits for its earlier
+GPU work and says `Compiling`; after the compile it says `Compiled` and launches nothing until the
+harness says `Resume`. Meanwhile the harness may let go of the device gate, so timers elsewhere do not
+wait for a compile. Only scheduling depends on these messages, never a verdict.
 """
 
 from __future__ import annotations
@@ -153,6 +158,27 @@ class RunPhase:
     type: str = "run_phase"
 
 
+@dataclasses.dataclass(kw_only=True)
+class Compiling:
+    """The worker's device work so far is done, and it compiles a kernel on the CPU now."""
+
+    type: str = "compiling"
+
+
+@dataclasses.dataclass(kw_only=True)
+class Compiled:
+    """The compile is over; the worker launches nothing until it is told to `Resume`."""
+
+    type: str = "compiled"
+
+
+@dataclasses.dataclass(kw_only=True)
+class Resume:
+    """Harness -> worker, after `Compiled`: the device is the worker's to use again."""
+
+    type: str = "resume"
+
+
 # --- harness -> judge requests (both trusted; replies are plain dicts) --------------------------------
 
 
@@ -201,7 +227,8 @@ class Release:
 
 
 _MESSAGES = {cls.__dataclass_fields__["type"].default: cls
-             for cls in (Ready, Failure, Outputs, RunPhase, Prepare, Compare, TimeReference, Release)}
+             for cls in (Ready, Failure, Outputs, RunPhase, Compiling, Compiled, Resume, Prepare, Compare,
+                         TimeReference, Release)}
 
 
 def encode(msg) -> bytes:

@@ -6,6 +6,7 @@ but the answer to the current request is protocol abuse and the candidate is `re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -16,8 +17,8 @@ import time
 from pathlib import Path
 
 from kbencheval.eval.device_kernels import check_report, kernel_violation
-from kbencheval.eval.protocol import (CandidateJob, Compare, Failure, Outputs, ProtocolError, Ready, RunPhase,
-                                      TimeReference, Trial)
+from kbencheval.eval.protocol import (CandidateJob, Compare, Compiled, Compiling, Failure, Outputs, ProtocolError,
+                                      Ready, Resume, RunPhase, TimeReference, Trial)
 from kbencheval.eval.result import EvalResult, Status, TimingStats
 from kbencheval.eval.seeds import RunSeeds
 
@@ -39,7 +40,7 @@ FLOOR_FRACTION = 0.5  # a copy kernel is not the peak; half the floor is still p
 HARNESS_KEYS = frozenset({"seeds", "static", "sizes", "stress_trials", "timing_rounds", "timing_trust",
                           "device_kernels", "reference_kernels", "physical_floor_us", "speedup_of_medians",
                           "device_gate", "harness_restarts", "served_by", "device_oom_retry",
-                          "judge_reserved_gb", "harness_s"})
+                          "judge_reserved_gb", "harness_s", "compiles_aside"})
 
 
 class _Verdict(Exception):
@@ -77,9 +78,9 @@ class Session:
             # One trial per request, judged before the next: the worker and the judge each hold one trial's
             # tensors, not all of them (4 Evaluators ran an H100 out of memory that way). The device is
             # shared per trial, so a timer waiting for it waits for one trial of each, not for all of them.
-            for trial in trials:  # Triton compiles in the first, on first call
-                with self.ev.device_share(gate_window(self.checks, "trials")):
-                    self.judge(self.ask(RunPhase(phase="trials", trials=[trial])))
+            for trial in trials:  # Triton compiles in the first, on first call, with the device let go
+                with self.ev.device_share(gate_window(self.checks, "trials")) as hold:
+                    self.judge(self.ask(RunPhase(phase="trials", trials=[trial]), hold))
             if not self.job.timing.enabled:
                 return EvalResult(Status.CORRECT, compiled=True, correct=True, checks=self.checks)
             if self.job.timing.mode == "trusted":
@@ -120,8 +121,8 @@ class Session:
         measures nothing and shares it; so does judging the picked outputs, one at a time."""
         spec = self.job.timing
         rng = random.Random(seeds.timing[0].seed) if self.ev.cfg.seed is not None else random.SystemRandom()
-        with self.ev.device_share(gate_window(self.checks, "timing_setup")):
-            setup = self.ask(RunPhase(phase="timing_setup", trials=[], timing_trials=list(seeds.timing[:1])))
+        with self.ev.device_share(gate_window(self.checks, "timing_setup")) as hold:
+            setup = self.ask(RunPhase(phase="timing_setup", trials=[], timing_trials=list(seeds.timing[:1])), hold)
             ref_setup = self.judge_timing(TimeReference(spec=spec, trials=list(seeds.timing[:1]), setup=True))
         eager = self.check_device_kernels(setup, ref_setup.get("device_kernels")) == "profiler"
         times = {"ref_us": [], "new_us": []}
@@ -249,17 +250,37 @@ class Session:
                 f"a median time of {result.runtime_us:.2f} µs is below the physical floor: {io_bytes} "
                 f"bytes of inputs and outputs at the measured {bandwidth:.0f} GB/s take {floor_us:.2f} µs")))
 
-    def ask(self, request: RunPhase) -> Outputs:
+    def ask(self, request: RunPhase, hold=None) -> Outputs:
+        """Sends `request` and returns the worker's outputs. `hold`: the phase's place on the device
+        (gate.Hold), let go while the worker compiles; without one (the exclusive timing) it is kept."""
         self.requested = list(request.trials)
         clock = time.monotonic()
+        self.send(request)
         try:
-            self.conn.send(request)
-        except OSError:
-            raise _Verdict(self.died()) from None
-        try:
-            return self.expect(Outputs, request.phase)
+            while isinstance(reply := self.expect((Outputs, Compiling), request.phase), Compiling):
+                self.compile_aside(hold)
+            return reply
         finally:
             self.add_spent(request.phase, "worker_s", clock)
+
+    def send(self, msg) -> None:
+        try:
+            self.conn.send(msg)
+        except OSError:
+            raise _Verdict(self.died()) from None
+
+    def compile_aside(self, hold) -> None:
+        """The worker compiles on the CPU: the device is let go until it has (a timer elsewhere need not
+        wait for a compile) and taken again, behind any waiting timer, before the worker may launch. A
+        worker that lies here can only run device work beside others' (see the gate's limits)."""
+        clock = time.monotonic()
+        with hold.stepped_aside() if hold else contextlib.nullcontext():
+            self.expect(Compiled)
+        aside = self.checks.setdefault("compiles_aside", {"count": 0, "seconds": 0.0, "device_let_go": 0})
+        aside["count"] += 1
+        aside["seconds"] = round(aside["seconds"] + time.monotonic() - clock, 4)
+        aside["device_let_go"] += hold is not None
+        self.send(Resume())
 
     def add_spent(self, phase: str, side: str, since: float) -> None:
         spent = self.spent.setdefault(phase, {"worker_s": 0.0, "judge_s": 0.0})
@@ -280,9 +301,10 @@ class Session:
         if isinstance(msg, Failure):  # the worker only ever reports failures; success is the judge's call
             compiled = msg.status not in (Status.COMPILE_ERROR, Status.FORMAT_ERROR)
             raise _Verdict(EvalResult(msg.status, compiled=compiled, error=msg.error, checks=self.checks))
-        if not isinstance(msg, cls) or (phase and msg.phase != phase):
+        if not isinstance(msg, cls) or (phase and isinstance(msg, Outputs) and msg.phase != phase):
             got = msg.type + (f" for phase {msg.phase}" if isinstance(msg, Outputs) else "")
-            raise ProtocolError(f"expected {cls.__name__}{f' for phase {phase}' if phase else ''}, got {got}")
+            names = " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
+            raise ProtocolError(f"expected {names}{f' for phase {phase}' if phase else ''}, got {got}")
         return msg
 
     def judge(self, outputs: Outputs, expected: list[Trial] | None = None, where: str = "in a correctness trial",

@@ -8,6 +8,7 @@ reports can only lower a verdict (a `Failure`); its run-time checks (tripwires.p
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -19,8 +20,8 @@ import torch._dynamo  # noqa: F401  (its import rebinds torch.manual_seed; do it
 from kbencheval.eval.audit import install_for_worker
 from kbencheval.eval.errors import is_compile_error, short_error
 from kbencheval.eval.inputs import as_tensor_list, build_model, load_problem_module, make_inputs, pin_global_flags, sync
-from kbencheval.eval.protocol import (CandidateJob, Channel, Failure, JudgeJob, OutputItem, Outputs, ProtocolError,
-                                      Ready, RunPhase, Status)
+from kbencheval.eval.protocol import (CandidateJob, Channel, Compiled, Compiling, Failure, JudgeJob, OutputItem, Outputs,
+                                      ProtocolError, Ready, Resume, RunPhase, Status)
 from kbencheval.eval.timing import Timer, profiled_report, time_models
 from kbencheval.eval.transfer import export_tensors
 from kbencheval.eval.tripwires import LaunchTracker, OpCapture, Tripwires, os_thread_count, poison
@@ -36,6 +37,8 @@ class CandidateWorker:
             torch.cuda.set_device(self.device)
         self.tracker = LaunchTracker()
         self.tracker.install()
+        self.compiles = CompileAside(chan, self.device)
+        self.compiles.install()
         self.module = load_problem_module(job.problem_source, job.sizes)
         self.tripwires = Tripwires(self.tracker, pin_global_flags(), set(job.allowed_ops))
         self.checks: dict = {"phases_s": {}}
@@ -68,8 +71,12 @@ class CandidateWorker:
                         "timed_outputs": self.export_timed}
             if request.phase not in handlers:
                 raise ProtocolError(f"unknown phase {request.phase!r}")
-            if not handlers[request.phase](request):
-                return
+            self.compiles.in_phase = True
+            try:
+                if not handlers[request.phase](request):
+                    return
+            finally:
+                self.compiles.in_phase = False
 
     def fail(self, status: Status, error: str, trial: str = "") -> bool:
         self.chan.send(Failure(status=status, error=error, trial=trial, checks=self.checks))
@@ -270,6 +277,53 @@ class CandidateWorker:
             return self.fail(Status.REJECTED, "during timing: " + violation)
         self.chan.send(Outputs(phase=request.phase, items=items, checks=self.checks))
         return True
+
+
+class CompileAside:
+    """Triton compiles a kernel at its first launch: seconds of CPU work inside a phase that holds the
+    device gate, which a timer elsewhere would wait for. Around each compile the worker finishes its
+    device work and tells the harness (Compiling, Compiled, then it waits for Resume: protocol.py), and
+    the harness lets go of the gate meanwhile. Outside a phase (importing the candidate, before Ready)
+    and while a CUDA graph is captured, a compile runs where it is."""
+
+    def __init__(self, chan: Channel, device: torch.device):
+        self.chan, self.device = chan, device
+        self.in_phase = False
+        self.compiling = False
+
+    def install(self) -> None:
+        """Wraps the Triton JIT's compile step; a Triton without it keeps compiles inside the phase."""
+        try:
+            from triton.runtime.jit import JITFunction
+        except ImportError:
+            return
+        compile_kernel = getattr(JITFunction, "_do_compile", None)
+        if compile_kernel is None:
+            return
+        aside = self
+
+        def _do_compile(fn, *args, **kwargs):
+            with aside.window():
+                return compile_kernel(fn, *args, **kwargs)
+
+        JITFunction._do_compile = _do_compile
+
+    @contextlib.contextmanager
+    def window(self):
+        capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if not self.in_phase or self.compiling or capturing:
+            yield
+            return
+        sync(self.device)  # what ran before the compile is done before the device is let go
+        self.chan.send(Compiling())
+        self.compiling = True
+        try:
+            yield
+        finally:
+            self.compiling = False
+            self.chan.send(Compiled())
+            if not isinstance(reply := self.chan.recv(), Resume):
+                raise ProtocolError(f"expected resume after a compile, got {type(reply).__name__}")
 
 
 def run_job(job: dict, sock, clock: dict | None = None) -> None:
