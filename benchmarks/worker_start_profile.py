@@ -5,8 +5,9 @@
 The parent imports what the fork server preloads (torch, triton, the worker module); the child then
 times each step a worker takes before the candidate is imported: CUDA context (on a GPU), the launch
 tracker (which wraps `torch.utils.cpp_extension.load_inline`), the problem module, the pinned flags,
-the tripwires' baseline and the audit hook. `--without-preload` leaves cpp_extension out of the parent,
-as the fork server did before it preloaded it.
+the tripwires' baseline and the audit hook. The launch tracker's step is mostly importing
+`torch.utils.cpp_extension`; the parent must not import it: on the H100 every child forked after that
+import failed to initialise CUDA (docs/evaluator.md, "What limits it now").
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ def child_steps(device: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda:0")
-    parser.add_argument("--without-preload", action="store_true", help="do not import cpp_extension before forking")
     parser.add_argument("--out", default="benchmarks/results/worker_start_profile.json")
     args = parser.parse_args()
     import torch
@@ -58,8 +58,6 @@ def main() -> None:
     import triton.language  # noqa: F401
 
     import kbencheval.eval.worker  # noqa: F401
-    if not args.without_preload:
-        import torch.utils.cpp_extension  # noqa: F401
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("no GPU here: pass --device cpu, or run it on the GPU machine")
     read, write = os.pipe()
@@ -72,7 +70,7 @@ def main() -> None:
     with os.fdopen(read) as pipe:
         steps = json.loads(pipe.read())
     os.waitpid(pid, 0)
-    result = {"device": args.device, "preloaded_cpp_extension": not args.without_preload, "steps_s": steps}
+    result = {"device": args.device, "steps_s": steps}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"{'step':<18}{'seconds':>9}")

@@ -90,6 +90,32 @@ def test_small_candidates_go_first_while_a_large_one_waits_but_only_for_a_while(
     assert windows["small"]["start"] >= windows["large"]["start"]
 
 
+def test_a_worker_started_while_its_reservation_waits_counts_against_the_others(tmp_path):
+    """The harness starts a candidate's worker once its request is in line (on_queued); that worker's
+    context and weights (early_bytes) are on the device during the wait, so a later request that would
+    fit only without them waits too."""
+    gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
+    windows, started = {}, {}
+
+    def early():
+        windows["early"] = {}
+        with gate.reserve(40 * GB, 72 * GB, windows["early"], early_bytes=4 * GB,
+                          on_queued=lambda: started.setdefault("at", time.monotonic())):
+            time.sleep(0.1)
+
+    running = _reserve_in_thread(gate, windows, "running", 40 * GB, 72 * GB, 0.4)
+    time.sleep(0.05)
+    threads = [threading.Thread(target=early), _reserve_in_thread(gate, windows, "small", 30 * GB, 72 * GB, 0.1,
+                                                                  delay=0.1)]
+    threads[0].start()
+    for t in [running, *threads]:
+        t.join(10)
+    assert started["at"] < windows["running"]["end"] <= windows["early"]["start"]  # started while it waited
+    # 40 + 30 GB fit 72, but not beside the waiting worker's 4 GB: the small one could not pass.
+    assert windows["small"]["start"] >= windows["running"]["end"]
+    assert gate.reserved() == {"held": {}, "queue": [], "standing": {}}
+
+
 def test_a_candidate_larger_than_the_device_runs_alone_and_a_dead_holder_frees_its_memory(tmp_path):
     gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
     windows = {}

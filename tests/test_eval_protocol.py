@@ -189,9 +189,28 @@ def test_a_candidate_reserves_what_its_reference_needs_on_the_device():
     relu = {"output_bytes": [gb], "input_bytes": gb, "call_peak_bytes": 2 * gb, "model_bytes": 0}
     tiny = {"output_bytes": [1 << 20], "input_bytes": 1 << 20, "call_peak_bytes": 3 << 20, "model_bytes": 4 << 20}
     # worker and judge: context, a call's peak, fresh inputs, flush; the worker's exported trial outputs;
-    # the judge's cached outputs (its 1 GB share), its snapshot of a timed output, its compare slices
-    assert device_bytes_needed(relu, cfg) == 2 * (CUDA_CONTEXT_BYTES + 2 * gb + gb + (256 << 20)) + gb + 2 * gb + (256 << 20)
+    # the judge's snapshot of a timed output and its compare slices. No cached outputs: a 1 GB output
+    # fills the judge's 1 GB share, and is recomputed for each comparison instead.
+    assert device_bytes_needed(relu, cfg) == 2 * (CUDA_CONTEXT_BYTES + 2 * gb + gb + (256 << 20)) + gb + gb + (256 << 20)
+    # With 8 GB of cache it keeps every trial's output (5 trials, 4 stress trials), and reserves them.
+    roomy = dataclasses.replace(cfg, judge_cache_gb=8.0)
+    assert device_bytes_needed(relu, roomy) == device_bytes_needed(relu, cfg) + 8 * gb
     assert device_bytes_needed(tiny, cfg) < 4 * gb  # dozens of small candidates fit an 80 GB device
+
+
+def test_the_judge_caches_only_outputs_that_leave_room_for_four():
+    from kbencheval.eval.judge import Judge
+    from kbencheval.eval.protocol import Prepare
+
+    source = (Path(__file__).resolve().parents[1] / "kbencheval/problems/level1/1_ReLU.py").read_text()
+    judge = Judge(torch.device("cpu"), cache_bytes=1024)
+    trials = [Trial(seed=s) for s in range(6)]
+    judge.prepare(Prepare(problem_source=source, sizes={"batch_size": 2, "dim": 32}, model_seeds={"init": 1, "model": 2},
+                          trials=trials))
+    assert len(judge.refs) == 4  # 256-byte outputs: kept until the cache is full
+    judge.prepare(Prepare(problem_source=source, sizes={"batch_size": 2, "dim": 40}, model_seeds={"init": 1, "model": 2},
+                          trials=trials))
+    assert judge.refs == {}  # 320 bytes: four would not fit, so none is kept
 
 
 def test_one_round_slowed_by_the_host_is_noise_but_most_rounds_are_not():

@@ -35,6 +35,31 @@ def test_the_candidates_triton_compile_runs_with_the_device_let_go(gpu_eval):
     assert len(trials["holds"]) == compared + aside["device_let_go"], (trials["holds"], aside)
 
 
+def test_the_worker_starts_while_its_memory_reservation_waits(gpu_eval):
+    """Another Evaluator holds the whole device for 3 s: the candidate's worker is started meanwhile
+    (fork, CUDA context, import) and runs once the reservation is admitted."""
+    import threading
+    import time
+
+    from kbencheval.eval.gate import DeviceGate
+
+    taken = threading.Event()
+
+    def other():
+        with DeviceGate("cuda:0").reserve(1 << 50, 1 << 50):  # everything: our candidate must wait
+            taken.set()
+            time.sleep(3.0)
+
+    blocker = threading.Thread(target=other)
+    blocker.start()
+    assert taken.wait(30)
+    result = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
+    blocker.join()
+    assert result.status == Status.CORRECT, result.error
+    memory = result.checks["device_gate"]["memory"]
+    assert memory["wait_s"] > 1.5 and memory["worker_started"] < memory["start"] - 1.5, memory
+
+
 def test_cuda_graph_mode():
     with Evaluator(EvalConfig(device="cuda", iters=20, timing_mode="cuda_graph")) as ev:
         result = ev.evaluate(RELU, "```python\n" + RELU.solution_source + "```")

@@ -95,7 +95,8 @@ class DeviceGate:
         return self._hold(fcntl.LOCK_EX, waited)
 
     @contextlib.contextmanager
-    def reserve(self, nbytes: int, capacity: int, waited: dict | None = None, owner: str = ""):
+    def reserve(self, nbytes: int, capacity: int, waited: dict | None = None, owner: str = "",
+                early_bytes: int = 0, on_queued=None):
         """Held for a candidate's whole evaluation: `nbytes` of device memory, admitted once every
         reservation on the device, and what idle judges keep (`standing`), fits `capacity` (a lone
         request is admitted whatever its size). Requests are served in order, except that a later one
@@ -105,13 +106,20 @@ class DeviceGate:
 
         `owner` names the Evaluator: what its judge keeps counts as standing memory between its
         candidates, and inside its own reservation, which covers the judge, not at all. Yields a
-        `Reservation`: set its `standing_after` to what the judge keeps once the candidate is done."""
+        `Reservation`: set its `standing_after` to what the judge keeps once the candidate is done.
+
+        `on_queued` runs once the request is in line, before the wait: the harness starts the candidate's
+        worker there, so its start overlaps the wait. What that worker holds meanwhile, `early_bytes`
+        (its CUDA context and weights), counts against every other request until this one is admitted."""
         t0 = time.monotonic()
         ticket = f"{os.getpid()}-{threading.get_ident()}-{next(_TICKETS)}"
         owner = owner or ticket
-        self._update(lambda ledger: ledger["queue"].append([ticket, os.getpid(), int(nbytes), time.time()]))
+        self._update(lambda ledger: ledger["queue"].append([ticket, os.getpid(), int(nbytes), time.time(),
+                                                            int(early_bytes)]))
         reservation = Reservation()
         try:
+            if on_queued is not None:
+                on_queued()
             while not self._update(lambda ledger: _admit(ledger, ticket, capacity, owner)):
                 time.sleep(RESERVE_POLL_S)
             with _recorded(waited, t0):
@@ -124,7 +132,7 @@ class DeviceGate:
         self._update(lambda ledger: ledger["standing"].pop(owner, None))
 
     def reserved(self) -> dict:
-        """{"held": {ticket: [pid, bytes]}, "queue": [[ticket, pid, bytes, enqueued], ...],
+        """{"held": {ticket: [pid, bytes]}, "queue": [[ticket, pid, bytes, enqueued, early_bytes], ...],
         "standing": {owner: [pid, bytes]}}, live ones only."""
         return self._update(lambda ledger: {"held": dict(ledger["held"]), "queue": list(ledger["queue"]),
                                             "standing": dict(ledger["standing"])})
@@ -176,7 +184,8 @@ def _admit(ledger: dict, ticket: str, capacity: int, owner: str) -> bool:
     """Moves `ticket` from the queue to the holders if it may start now (see DeviceGate.reserve)."""
     used = sum(nbytes for _, nbytes in ledger["held"].values())
     used += sum(nbytes for o, (_, nbytes) in ledger["standing"].items() if o != owner)
-    for position, (t, pid, nbytes, _) in enumerate(ledger["queue"]):
+    used += sum(entry[4] for entry in ledger["queue"] if entry[0] != ticket and len(entry) > 4)  # started early
+    for position, (t, pid, nbytes, *_) in enumerate(ledger["queue"]):
         if t != ticket:
             continue
         first_waited = time.time() - ledger["queue"][0][3]

@@ -24,7 +24,8 @@ from pathlib import Path
 from kbencheval.dataset import Problem
 from kbencheval.eval.config import EvalConfig
 from kbencheval.eval.gate import DeviceGate
-from kbencheval.eval.protocol import CandidateJob, JudgeJob, Prepare, Release, TimingSpec, decode, encode
+from kbencheval.eval.protocol import (CandidateJob, JudgeJob, Prepare, Release, TimingSpec, decode, encode,
+                                      judge_keeps_outputs)
 from kbencheval.eval.result import EvalResult, Status, feedback_text
 from kbencheval.eval.sandbox.env import scrub
 from kbencheval.eval.server import HarnessError, _Server, bwrap_args, bwrap_profile, bwrap_works  # noqa: F401
@@ -261,17 +262,23 @@ class Evaluator:
         # Stress trials count only where the reference stays finite.
         trials = [t for t in trials if not t.stress or t.key not in prep["not_finite"]]
         checks["stress_trials"] = [t.stress for t in trials if t.stress]
+        launch = self._launch(problem, code, backend, seeds, sizes, prep["output_bytes"])
         if cfg.on_cpu:
-            return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep["output_bytes"], checks)
-        # The candidate starts once its device memory fits beside the others' on this GPU (gate.reserve).
-        # Its worker is forked only then: a waiting worker's CUDA context (~0.5 GB) is in no reservation,
-        # and eight waiting ones beside eight idle judges ran an H100 out of memory (2026-11-25).
+            with launch:
+                return self._run_candidate(launch, seeds, trials, checks)
+        # The candidate runs once its device memory fits beside the others' on this GPU (gate.reserve). Its
+        # worker starts as soon as it is in line (fork, CUDA context, import: over a second on the H100),
+        # and what it holds meanwhile counts against the others: waiting workers' contexts, counted
+        # nowhere, once ran an H100 out of memory beside eight idle judges (2026-11-25).
         need = device_bytes_needed(prep, cfg)
         capacity = int(DEVICE_MEMORY_FRACTION * prep.get("device_total_bytes", need))
         checks["device_memory_gb"] = {"reserved": round(need / 2**30, 2), "capacity": round(capacity / 2**30, 2)}
-        with self.gate.reserve(need, capacity, gate_window(checks, "memory"), owner=self._owner) as reservation:
+        early = CUDA_CONTEXT_BYTES + prep.get("model_bytes", 0)
+        with launch, self.gate.reserve(need, capacity, gate_window(checks, "memory"), owner=self._owner,
+                                       early_bytes=early, on_queued=launch.start) as reservation:
+            gate_window(checks, "memory")["worker_started"] = launch.started
             try:
-                return self._run_candidate(problem, code, backend, seeds, sizes, trials, prep["output_bytes"], checks)
+                return self._run_candidate(launch, seeds, trials, checks)
             finally:
                 if sum(prep["output_bytes"]) + prep.get("input_bytes", 0) > cfg.timing_input_gb * 2**30:
                     self._release_judge()  # a large problem's timer and outputs: not left behind
@@ -286,7 +293,7 @@ class Evaluator:
         except HarnessError:
             pass  # a dead judge holds nothing; the next candidate starts a new one
 
-    def _run_candidate(self, problem, code, backend, seeds, sizes, trials, output_bytes, checks) -> EvalResult:
+    def _launch(self, problem, code, backend, seeds, sizes, output_bytes) -> _Launch:
         cfg = self.cfg
         self._job_counter += 1
         job_dir = Path(tempfile.mkdtemp(prefix=f"job{self._job_counter}-", dir=self._scratch))
@@ -304,12 +311,20 @@ class Evaluator:
                               baseline=cfg.baseline, input_budget_bytes=int(cfg.timing_input_gb * 2**30)))
         tolerance = dict(problem.tolerance)
         tolerance.update({k: v for k, v in (("atol", cfg.atol), ("rtol", cfg.rtol)) if v is not None})
-        started = time.monotonic()
-        deadline = started + cfg.timeout_s
-        pid = None
+        return _Launch(self, job, tolerance)
+
+    def _run_candidate(self, launch: _Launch, seeds: RunSeeds, trials: list, checks: dict) -> EvalResult:
+        """Runs the candidate's session; its worker was started while it waited for device memory, or
+        starts now. From here it has cfg.timeout_s: the wait for memory is not the candidate's time."""
+        cfg, job = self.cfg, launch.job
         try:
-            pid, conn = self._spawn(job.to_dict(), deadline)
-            return Session(self, conn, pid, job, checks, tolerance).run(trials, seeds, started)
+            if launch.started is None:
+                launch.start()
+            if launch.error is not None:
+                raise launch.error
+            launch.conn.deadline = time.monotonic() + cfg.timeout_s
+            return Session(self, launch.conn, launch.pid, job, checks, launch.tolerance).run(trials, seeds,
+                                                                                             launch.started)
         except TimeoutError:
             return EvalResult(Status.TIMEOUT, error=f"the candidate did not finish within {cfg.timeout_s:g} s",
                               checks=checks)
@@ -317,16 +332,50 @@ class Evaluator:
             return EvalResult(Status.RUNTIME_ERROR, error=str(e), checks=checks)
         finally:
             ended = time.monotonic()
-            if pid:
-                kill_group(pid)
-                wait_gone(pid)  # its orphans are re-parented to the fork server only once it is dead
-            try:
-                self._server.call(op="sweep", keep=[self._judge_pid] if self._judge_pid else [])
-            except HarnessError:
-                pass  # the fork server died: _ensure_server starts a new one before the next candidate
-            shutil.rmtree(job_dir, ignore_errors=True)
+            launch.end()
             checks.setdefault("harness_s", {})["teardown"] = {"worker_s": round(time.monotonic() - ended, 4),
                                                               "judge_s": 0.0}
+
+
+class _Launch:
+    """A candidate's worker: forked (`start`) when its memory reservation is in line, or right away on the
+    CPU. An error while starting is kept for `_run_candidate` to turn into a verdict."""
+
+    def __init__(self, ev: Evaluator, job: CandidateJob, tolerance: dict):
+        self.ev, self.job, self.tolerance = ev, job, tolerance
+        self.started: float | None = None
+        self.pid: int | None = None
+        self.conn: _Conn | None = None
+        self.error: Exception | None = None
+        self.ended = False
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        try:
+            self.pid, self.conn = self.ev._spawn(self.job.to_dict(), self.started + self.ev.cfg.timeout_s)
+        except (HarnessError, TimeoutError) as e:
+            self.error = e
+
+    def end(self) -> None:
+        """Kills the worker and whatever it left, and removes its folder; once, whenever it ends."""
+        if self.ended:
+            return
+        self.ended = True
+        if self.pid is not None:
+            kill_group(self.pid)
+            wait_gone(self.pid)  # its orphans are re-parented to the fork server only once it is dead
+        if self.started is not None:
+            try:
+                self.ev._server.call(op="sweep", keep=[self.ev._judge_pid] if self.ev._judge_pid else [])
+            except HarnessError:
+                pass  # the fork server died: _ensure_server starts a new one before the next candidate
+        shutil.rmtree(self.job.job_dir, ignore_errors=True)
+
+    def __enter__(self) -> "_Launch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.end()  # a worker started while its reservation waited, and never run, is not left behind
 
 
 # Of the GPU's memory, what the candidates' reservations may add up to: the rest is for the CUDA
@@ -348,7 +397,8 @@ def device_bytes_needed(prep: dict, cfg: EvalConfig) -> int:
     outputs, inputs = sum(prep["output_bytes"]), prep.get("input_bytes", 0)
     call = prep.get("call_peak_bytes", inputs + outputs)
     per_side = CUDA_CONTEXT_BYTES + prep.get("model_bytes", 0) + call + inputs + cfg.l2_flush_mb * 2**20
-    cached = min(int(cfg.judge_cache_gb * 2**30), (cfg.trials + len(STRESS_NAMES)) * outputs)
+    cache = int(cfg.judge_cache_gb * 2**30)
+    cached = min(cache, (cfg.trials + len(STRESS_NAMES)) * outputs) if judge_keeps_outputs(outputs, cache) else 0
     judge = cached + outputs + min(4 * outputs, COMPARE_SLICES_BYTES)
     return int(2 * per_side + outputs + judge)
 

@@ -19,7 +19,7 @@ from kbencheval.eval.errors import short_error
 from kbencheval.eval.inputs import (as_tensor_list, build_model, device_name, digest_bounds, digests_match,
                                     load_problem_module, make_inputs, output_digest, pin_global_flags, sync)
 from kbencheval.eval.protocol import (Channel, Compare, JudgeJob, OutputItem, Prepare, ProtocolError, Release, TimeReference,
-                                      Trial)
+                                      Trial, judge_keeps_outputs)
 from kbencheval.eval.timing import Timer, measure_bandwidth_gbs
 from kbencheval.eval.transfer import import_tensors
 
@@ -251,7 +251,8 @@ class Judge:
         del inputs
         sync(self.device)
         nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))  # noqa: E731
-        if cache and sum(nbytes(ts) for ts in self.refs.values()) + nbytes(out) <= self.cache_bytes:
+        if cache and judge_keeps_outputs(nbytes(out), self.cache_bytes) and \
+                sum(nbytes(ts) for ts in self.refs.values()) + nbytes(out) <= self.cache_bytes:
             self.refs[trial] = out
         return out
 

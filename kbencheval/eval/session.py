@@ -270,9 +270,8 @@ class Session:
             raise _Verdict(self.died()) from None
 
     def compile_aside(self, hold) -> None:
-        """The worker compiles on the CPU: the device is let go until it has (a timer elsewhere need not
-        wait for a compile) and taken again, behind any waiting timer, before the worker may launch. A
-        worker that lies here can only run device work beside others' (see the gate's limits)."""
+        """The worker compiles on the CPU: the device is let go meanwhile (no timer waits for a compile),
+        taken back behind any waiting timer before it may launch. Lying gains only the gate's known limit."""
         clock = time.monotonic()
         with hold.stepped_aside() if hold else contextlib.nullcontext():
             self.expect(Compiled)
