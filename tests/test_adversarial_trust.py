@@ -18,7 +18,7 @@ import pytest
 from kbencheval.dataset import load_bundled, parse_problem
 from kbencheval.eval.harness import EvalConfig, Evaluator
 from kbencheval.eval.result import Status
-from kbencheval.eval.session import round_sizes
+from kbencheval.eval.rounds import round_sizes
 from tests.test_adversarial import HEADER, RELU
 
 ARGMAX = next(p for p in load_bundled(1) if p.problem_id == 10)
@@ -279,5 +279,5 @@ def test_attack_then_honest_control(evaluators, name, static):
     assert not result.correct
     honest = ev.evaluate(problem, "```python\n" + HONEST[problem.key] + "\n```")
     assert honest.status == Status.CORRECT, (problem.key, honest.error)
-    rounds = honest.checks["timing_rounds"]  # iters=20: one judged timed output per round
-    assert len(honest.checks["correctness_timed_outputs"]) == len(rounds) == len(round_sizes(20))
+    rounds = honest.checks["timing_rounds"]  # iters=20: two judged timed outputs per round
+    assert len(honest.checks["correctness_timed_outputs"]) == 2 * len(rounds) == 2 * len(round_sizes(20))

@@ -149,10 +149,24 @@ def test_the_wall_clock_bounds_the_candidates_event_figures():
 
 
 def test_timed_iterations_split_into_at_most_twenty_rounds_of_at_least_five():
-    from kbencheval.eval.session import round_sizes
+    from kbencheval.eval.rounds import round_sizes
 
     assert round_sizes(100) == [5] * 20 and round_sizes(20) == [5] * 4 and round_sizes(7) == [5, 2]
     assert round_sizes(1000) == [50] * 20 and round_sizes(3) == [3]
+
+
+def test_at_least_eight_timed_outputs_are_judged_however_early_timing_stops():
+    from kbencheval.eval.protocol import TimingSpec
+    from kbencheval.eval.rounds import JUDGED_TIMED_OUTPUTS, picks_per_round, round_sizes
+
+    for iters, min_iters, target_rse, per_round in ((100, 40, 0.003, 1), (100, 20, 0.003, 2), (20, 40, 0.003, 2),
+                                                    (100, 20, 0.0, 1), (1000, 40, 0.003, 2)):
+        spec = TimingSpec(iters=iters, min_iters=min_iters, target_rse=target_rse)
+        assert picks_per_round(spec) == per_round, (iters, min_iters, target_rse)
+        # The earliest stop: min_iters (all iterations when the stop rule is off), at least four rounds.
+        stop = min(min_iters, iters) if target_rse else iters
+        earliest = [size for n, size in enumerate(round_sizes(iters)) if n < 4 or sum(round_sizes(iters)[:n]) < stop]
+        assert sum(min(per_round, size) for size in earliest) >= JUDGED_TIMED_OUTPUTS
 
 
 def _timed(per_round_ratios, size=5):
@@ -167,7 +181,7 @@ def _timed(per_round_ratios, size=5):
 
 def test_timing_stops_early_only_when_the_speedup_is_already_precise():
     from kbencheval.eval.protocol import TimingSpec
-    from kbencheval.eval.session import precise_enough
+    from kbencheval.eval.rounds import precise_enough
 
     spec = TimingSpec(iters=100, min_iters=40, target_rse=0.003)
     steady = [1.30, 1.301, 1.299, 1.30, 1.302, 1.298, 1.30, 1.30]  # 8 rounds of 5 = 40 iterations
@@ -319,8 +333,9 @@ def test_trials_stream_one_at_a_time_and_timed_outputs_are_recomputed_after_the_
     trials = [c for c in compares if c.phase == "trials"]
     assert len(trials) == 3 + len(result.checks["stress_trials"]) and all(len(c.items) == 1 for c in trials)
     timed = [c for c in compares if c.phase == "timed_outputs"]
-    assert len(timed) == len(result.checks["timing_rounds"]) == 4
+    assert len(result.checks["timing_rounds"]) == 4 and len(timed) == 8  # 20 iterations: two picks a round
     assert all(c.committed and len(c.items) == 1 for c in timed) and len({c.digest_seed for c in timed}) == 4
+    assert len({c.items[0].trial for c in timed}) == 8  # each a different iteration
     gate = result.checks["device_gate"]
     assert gate["timing_setup"]["end"] <= gate["timing"]["start"] and gate["timing"]["end"] <= gate["timed_outputs"]["start"]
     assert len(gate["trials"]["holds"]) == len(trials)  # one hold per trial: a timer may go between them

@@ -7,7 +7,7 @@ import pytest
 from kbencheval.dataset import load_bundled
 from kbencheval.eval.harness import EvalConfig, Evaluator
 from kbencheval.eval.result import Status
-from kbencheval.eval.session import round_sizes
+from kbencheval.eval.rounds import round_sizes
 from tests.test_adversarial import RELU, candidate
 
 pytestmark = pytest.mark.gpu
@@ -148,8 +148,8 @@ def test_trusted_timing_is_the_default_and_says_how_it_measured(gpu_eval, gpu_ev
         ran = result.checks["device_kernels"]
         assert ran["source"] == source and "relu_kernel" in ran["kernels"], ran
     assert "judge" in trusted.checks["timing_trust"] and trusted.checks["physical_floor_us"] > 0
-    # One judged timed output per round (iters=20).
-    assert len(trusted.checks["correctness_timed_outputs"]) == len(trusted.checks["timing_rounds"]) == len(round_sizes(20))
+    # Two judged timed outputs per round (iters=20: eight in all).
+    assert len(trusted.checks["correctness_timed_outputs"]) == 2 * len(trusted.checks["timing_rounds"]) == 2 * len(round_sizes(20))
     assert "untrusted" in eager.checks["timing_trust"]
     # A memory-bound ReLU: graph replay and eager events agree within launch overhead.
     assert 0.5 < trusted.speedup / eager.speedup < 2.0, (trusted.speedup, eager.speedup)

@@ -20,12 +20,9 @@ from kbencheval.eval.device_kernels import check_report, kernel_violation
 from kbencheval.eval.protocol import (CandidateJob, Compare, Compiled, Compiling, Failure, Outputs, ProtocolError,
                                       Ready, Resume, RunPhase, TimeReference, Trial)
 from kbencheval.eval.result import EvalResult, Status, TimingStats
+from kbencheval.eval.rounds import picks_per_round, precise_enough, round_sizes
 from kbencheval.eval.seeds import RunSeeds
 
-# Timed iterations are split into rounds that alternate between the judge and the worker: at most
-# MAX_ROUNDS (each costs messages and a judged output), of at least MIN_ROUND iterations. Each round
-# gives one judged output, so 5-iteration rounds check 8 outputs in the 40 iterations timing may stop at.
-MAX_ROUNDS, MIN_ROUND = 20, 5
 # Generous: the bound catches forged figures, not noise. A round contradicts the candidate's figures when
 # its events explain under WALL_FRACTION of the wall time the reference's loop does not account for; the
 # candidate is rejected when most rounds do (a lone round slowed by host load is noise, seen on the H100
@@ -127,15 +124,16 @@ class Session:
         eager = self.check_device_kernels(setup, ref_setup.get("device_kernels")) == "profiler"
         times = {"ref_us": [], "new_us": []}
         rounds = self.checks["timing_rounds"] = []  # per round: wall and event seconds of both sides
-        picks: list[tuple[Trial, list, int]] = []  # per round: the picked iteration, its digest, the digest's seed
+        picks: list[tuple[Trial, list, int]] = []  # picked iterations, each with its digest and the digest's seed
+        per_round = picks_per_round(spec)
         with self.ev.gate.exclusive(gate_window(self.checks, "timing")):
             # The floor's yardstick: measured once per judge, with the device to itself.
             bandwidth = self.judge_timing(TimeReference(spec=spec, trials=[], bandwidth=True))["bandwidth_gbs"]
             for r, size in enumerate(round_sizes(spec.iters)):
                 if precise_enough(times, rounds, spec):
                     break
-                picks.append(self.time_round(r, [Trial(seed=rng.getrandbits(62)) for _ in range(size)],
-                                             rng, times, rounds))
+                picks += self.time_round(r, [Trial(seed=rng.getrandbits(62)) for _ in range(size)], rng, times,
+                                         rounds, per_round)
                 if eager:
                     self.check_device_kernels(self.ask(RunPhase(phase="round_checks", trials=[])))
         with self.ev.device_share(gate_window(self.checks, "timed_outputs")):
@@ -149,9 +147,10 @@ class Session:
         self.check_floor(result, ref_setup["io_bytes"], bandwidth)
         return result
 
-    def time_round(self, r: int, trials: list[Trial], rng: random.Random, times: dict, rounds: list) -> tuple:
+    def time_round(self, r: int, trials: list[Trial], rng: random.Random, times: dict, rounds: list,
+                   picks: int = 1) -> list[tuple]:
         """One round, both sides, the reference first in even rounds (alternating cancels drift); its
-        figures join `times` and `rounds`. Returns the iteration picked for judging, with its digest."""
+        figures join `times` and `rounds`. Returns the `picks` iterations picked for judging, with digests."""
         spec = self.job.timing
         digest_seed = rng.getrandbits(62) | 1
         walls = {}
@@ -179,8 +178,7 @@ class Session:
                        "new_wall_s": round(walls["new"], 6), "new_events_s": round(sum(new_us) / 1e6, 6)})
         times["ref_us"] += ref_us
         times["new_us"] += new_us
-        k = rng.randrange(len(trials))
-        return trials[k], digests[k], digest_seed
+        return [(trials[k], digests[k], digest_seed) for k in rng.sample(range(len(trials)), min(picks, len(trials)))]
 
     def check_device_kernels(self, reply: Outputs, reference: dict | None = None) -> str:
         """The kernels the worker lists for its timed work must be its own or allowed by the problem
@@ -348,29 +346,6 @@ class Session:
         if log_tail:
             error += f": {log_tail}"
         return EvalResult(Status.RUNTIME_ERROR, compiled=self.compiled, error=error[:600], checks=self.checks)
-
-
-def round_sizes(iters: int) -> list[int]:
-    """100 iterations -> 20 rounds of 5; 7 -> 5 + 2; 1000 -> 20 of 50 (the bound needs several rounds)."""
-    size = max(MIN_ROUND, -(-iters // MAX_ROUNDS))
-    return [min(size, iters - start) for start in range(0, iters, size)]
-
-
-def precise_enough(times: dict, rounds: list, spec) -> bool:
-    """Stop timing before the next round? Only after `spec.min_iters` iterations and an even number of
-    rounds (each order, reference first and candidate first, equally often), once the per-round
-    speedups (median of the round's paired ratios) put the speedup's relative standard error within
-    `spec.target_rse`. A noisy kernel gets up to `spec.iters`; a steady one stops early."""
-    done = len(times["new_us"])
-    if not spec.target_rse or done < min(spec.min_iters, spec.iters) or len(rounds) % 2 or len(rounds) < 4:
-        return False
-    per_round, start = [], 0
-    for r in rounds:
-        pairs = zip(times["ref_us"][start:start + r["iters"]], times["new_us"][start:start + r["iters"]])
-        per_round.append(statistics.median(ref / new for ref, new in pairs))
-        start += r["iters"]
-    rse = statistics.stdev(per_round) / (len(per_round) ** 0.5 * statistics.fmean(per_round))
-    return rse <= spec.target_rse
 
 
 def gate_window(checks: dict, phase: str) -> dict:
