@@ -6,11 +6,12 @@
     with gate.exclusive():    # timing: nothing else of ours runs on the device meanwhile
         ...
 
-So a GPU can compile and check several candidates at once (compile needs no gate at all) while
-timings stay as undisturbed as with one Evaluator. The gate is a pair of `flock`s on files named
-after the physical device, so it holds across threads and processes (several Ray eval actors on one
-GPU, two `kbench eval` runs). Timing waits for the work already inside, and new shared work waits
-behind a waiting timer (a turnstile), so timing is never starved by a stream of correctness trials.
+So a GPU can compile and check several candidates at once (a holder steps aside while its candidate
+compiles: `Hold.stepped_aside`) while timings stay as undisturbed as with one Evaluator. The gate is
+a pair of `flock`s on files named after the physical device, so it holds across threads and
+processes (several Ray eval actors on one GPU, two `kbench eval` runs). Timing waits for the work
+already inside, and new shared work waits behind a waiting timer (a turnstile), so timing is never
+starved by a stream of correctness trials.
 Only trusted harness code takes the gate; candidates never see its files.
 
 `reserve(nbytes, capacity)` admits candidates by device memory: each holds its estimated peak
