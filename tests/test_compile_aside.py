@@ -43,28 +43,32 @@ def test_a_timer_gets_the_device_while_a_trial_compiles_and_the_trial_waits_for_
     worker, session = ScriptedWorker(), _session(None)
     session.conn = worker
     trials, timing = {}, {}
-    timer_done = threading.Event()
+    timer_in, timer_done = threading.Event(), threading.Event()
 
-    def timer():
+    def timer():  # waits for the device until the trial steps aside
         with gate.exclusive(timing):
+            timer_in.set()
             time.sleep(0.3)
         timer_done.set()
 
+    def worker_side():  # compiles until the timer holds the device; answers once it is done
+        assert timer_in.wait(10)
+        worker.inbox.put(Compiled())
+        assert timer_done.wait(10)
+        worker.inbox.put(Outputs(phase="trials", items=[]))
+
     with gate.shared(trials) as hold:
         worker.inbox.put(Compiling())
-        threading.Timer(0.2, lambda: (threading.Thread(target=timer).start())).start()
-        # The worker says it has compiled only once the timer holds the device.
-        threading.Thread(target=lambda: (time.sleep(0.4), worker.inbox.put(Compiled()))).start()
-        threading.Thread(target=lambda: (timer_done.wait(10), time.sleep(0.05),
-                                         worker.inbox.put(Outputs(phase="trials", items=[])))).start()
+        threading.Thread(target=timer).start()
+        threading.Thread(target=worker_side).start()
         reply = session.ask(RunPhase(phase="trials", trials=[Trial(seed=1)]), hold)
         resumed_at = time.monotonic()
     assert isinstance(reply, Outputs)
     assert [type(m) for m in worker.sent] == [RunPhase, Resume]
     first, second = trials["holds"]
     assert first[1] <= timing["start"] and timing["end"] <= second[0] <= resumed_at  # the timer ran in between
-    assert session.checks["compiles_aside"] == {"count": 1, "seconds": pytest.approx(0.7, abs=0.3),
-                                                "device_let_go": 1}
+    assert session.checks["compiles_aside"]["count"] == session.checks["compiles_aside"]["device_let_go"] == 1
+    assert session.checks["compiles_aside"]["seconds"] >= 0.25  # let go until the timer was done
 
 
 def test_without_a_hold_the_compile_keeps_the_device():
