@@ -5,9 +5,10 @@
 The exclusive timing window holds the device alone, so every millisecond of a round that is not the
 timed kernel is a millisecond no other candidate can be timed in. For a few bundled problems this
 builds the judge's `Timer` on the reference and times, per iteration, each step of `Timer.run` with a
-device sync after it: fresh inputs, their copy into the graph's static inputs, the L2 flush, the timed
-replay (events), the output digest (read at once here; the loop reads a round's digests together),
-and the whole `Timer.run` per iteration for comparison.
+device sync after it: fresh inputs (`fresh_inputs`, regenerated in place; and for comparison the old
+way, `make_inputs` and `copy_to_static`), the L2 flush, the timed replay (events), the output digest
+(read at once here; the loop reads a round's digests together), and the whole `Timer.run` per
+iteration.
 """
 
 from __future__ import annotations
@@ -44,8 +45,12 @@ def step_times(timer: Timer, trials: list[Trial], device) -> dict:
         return value
 
     for trial in trials:
+        # What iterations did before timing.FreshInputs (a new set, copied over), kept for comparison ...
         fresh = timed("make_inputs", lambda: make_inputs(timer.module, trial, device))
         timed("copy_to_static", lambda: [s.copy_(v) for s, v in zip(timer.static_in, fresh) if isinstance(s, torch.Tensor)])
+        del fresh
+        # ... and what they do now: the inputs regenerated in place (a graph replay where it applies).
+        timed("fresh_inputs", lambda: timer.fresh.load(trial))
         timed("l2_flush", lambda: timer.flush.zero_())
         out = timed("replay", timer._call)
         timed("digest", lambda: output_digest(out, 7).tolist())
@@ -56,13 +61,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/timing_loop_profile.json")
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--problems", default=",".join(PROBLEMS),
+                        help="comma-separated bundled problem keys, or 'all'")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.error("needs a CUDA or ROCm GPU: it profiles the GPU timing loop (run it on the GPU machine)")
     device = torch.device("cuda:0")
     problems = {p.key: p for level in (1, 2, 3) for p in load_bundled(level)}
     rows = []
-    for key in PROBLEMS:
+    for key in (sorted(problems) if args.problems == "all" else args.problems.split(",")):
         problem = problems[key]
         module = load_problem_module(problem.source, {})
         model = build_model(module.Model, module, {"init": 1, "model": 2}, device)
@@ -74,12 +81,15 @@ def main() -> None:
         t = time.perf_counter()
         timer.run(trials)
         steps["timer_run_per_iter"] = round((time.perf_counter() - t) * 1e3 / len(trials), 3)
-        rows.append({"problem": key, "mechanism": timer.mechanism, **steps})
+        in_mb = sum(t.numel() * t.element_size() for t in timer.static_in if isinstance(t, torch.Tensor)) / 2**20
+        rows.append({"problem": key, "mechanism": timer.mechanism, "fresh_inputs_by": timer.fresh.mechanism,
+                     "inputs_mb": round(in_mb, 1), **steps})
         del timer, model
         torch.cuda.empty_cache()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name(device), "rows": rows}, indent=1))
-    names = [k for k in rows[0] if k not in ("problem", "mechanism")]
+    names = [k for k in rows[0] if k not in ("problem", "mechanism", "fresh_inputs_by")]
+    names = [n for n in names if n != "inputs_mb"] + ["inputs_mb"]
     print("ms per iteration (median):")
     print(f"{'problem':28s}" + "".join(f"{n[:14]:>15s}" for n in names))
     for row in rows:

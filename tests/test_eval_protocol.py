@@ -156,10 +156,13 @@ def test_a_candidate_reserves_what_its_reference_needs_on_the_device():
     cfg = EvalConfig(device="cuda", timing_input_gb=0.75, judge_cache_gb=1.0)
     relu = {"output_bytes": [gb], "input_bytes": gb, "call_peak_bytes": 2 * gb, "model_bytes": 0}
     tiny = {"output_bytes": [1 << 20], "input_bytes": 1 << 20, "call_peak_bytes": 3 << 20, "model_bytes": 4 << 20}
-    # worker and judge: context, a call's peak, fresh inputs, flush; the worker's exported trial outputs;
-    # the judge's snapshot of a timed output and its compare slices. No cached outputs: a 1 GB output
-    # fills the judge's 1 GB share, and is recomputed for each comparison instead.
-    assert device_bytes_needed(relu, cfg) == 2 * (CUDA_CONTEXT_BYTES + 2 * gb + gb + (256 << 20)) + gb + gb + (256 << 20)
+    # worker and judge: context, a call's peak (inputs regenerated in place), flush; the worker's exported
+    # trial outputs; the judge's snapshot of a timed output and its compare slices. No cached outputs: a
+    # 1 GB output fills the judge's 1 GB share, and is recomputed for each comparison instead.
+    assert device_bytes_needed(relu, cfg) == 2 * (CUDA_CONTEXT_BYTES + 2 * gb + (256 << 20)) + gb + gb + (256 << 20)
+    # A problem whose timers copy fresh inputs (its get_inputs cannot be replayed as a graph): one more
+    # input set on each side.
+    assert device_bytes_needed(relu, cfg, copies_inputs=True) == device_bytes_needed(relu, cfg) + 2 * gb
     # With 8 GB of cache it keeps every trial's output (5 trials, 4 stress trials), and reserves them.
     roomy = dataclasses.replace(cfg, judge_cache_gb=8.0)
     assert device_bytes_needed(relu, roomy) == device_bytes_needed(relu, cfg) + 8 * gb

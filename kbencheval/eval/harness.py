@@ -96,6 +96,7 @@ class Evaluator:
         self._lock = threading.Lock()
         self._job_counter = 0
         self._alone = False  # set while a candidate is re-run with the device to itself (see evaluate)
+        self._copies_inputs: set[int] = set()  # problems whose timers copy fresh inputs (timing.FreshInputs)
         self._versions = _versions()
         self._device_name = self.cfg.device_index
 
@@ -270,7 +271,8 @@ class Evaluator:
         # worker starts as soon as it is in line (fork, CUDA context, import: over a second on the H100),
         # and what it holds meanwhile counts against the others: waiting workers' contexts, counted
         # nowhere, once ran an H100 out of memory beside eight idle judges (2026-11-25).
-        need = device_bytes_needed(prep, cfg)
+        problem_key = hash((problem.source, json.dumps(sizes, sort_keys=True)))
+        need = device_bytes_needed(prep, cfg, copies_inputs=problem_key in self._copies_inputs)
         capacity = int(DEVICE_MEMORY_FRACTION * prep.get("device_total_bytes", need))
         checks["device_memory_gb"] = {"reserved": round(need / 2**30, 2), "capacity": round(capacity / 2**30, 2)}
         early = CUDA_CONTEXT_BYTES + prep.get("model_bytes", 0)
@@ -280,6 +282,8 @@ class Evaluator:
             try:
                 return self._run_candidate(launch, seeds, trials, checks)
             finally:
+                if checks.get("fresh_inputs", {}).get("reference", "graph").startswith("copy"):
+                    self._copies_inputs.add(problem_key)  # its next reservation counts the copied set
                 if sum(prep["output_bytes"]) + prep.get("input_bytes", 0) > cfg.timing_input_gb * 2**30:
                     self._release_judge()  # a large problem's timer and outputs: not left behind
                 # What the judge keeps for the next candidate of this problem counts against the device
@@ -385,18 +389,19 @@ CUDA_CONTEXT_BYTES = 1 << 30  # per process; a context on an H100 takes about 0.
 COMPARE_SLICES_BYTES = 1 << 28  # judge.compare's float64 temporaries for one 8M-element slice of an output
 
 
-def device_bytes_needed(prep: dict, cfg: EvalConfig) -> int:
+def device_bytes_needed(prep: dict, cfg: EvalConfig, copies_inputs: bool = False) -> int:
     """A candidate's device memory at its peak, worker and judge together, from what the judge measured
     for the reference (`call_peak_bytes`: one call's inputs, intermediates and outputs; the model's
-    weights). Each side holds its model, a call's peak in its timer, a fresh input set per iteration
-    and an L2 flush buffer; the worker also a trial's exported outputs until the judge has read them
+    weights). Each side holds its model, a call's peak in its timer (its inputs regenerated in place),
+    where the problem's timers are known to copy fresh inputs instead a second input set
+    (`copies_inputs`, learnt from the judge's timer: timing.FreshInputs), and an L2 flush buffer; the worker also a trial's exported outputs until the judge has read them
     (timed outputs are recomputed into the timer's own buffers); the judge also its cached reference
     outputs, its snapshot of a timed output and the comparison's float64 slices. An estimate: a
     candidate that uses more than its reference can still run out, and is then re-run with the device
     to itself (`device_oom_retry`)."""
     outputs, inputs = sum(prep["output_bytes"]), prep.get("input_bytes", 0)
     call = prep.get("call_peak_bytes", inputs + outputs)
-    per_side = CUDA_CONTEXT_BYTES + prep.get("model_bytes", 0) + call + inputs + cfg.l2_flush_mb * 2**20
+    per_side = CUDA_CONTEXT_BYTES + prep.get("model_bytes", 0) + call + cfg.l2_flush_mb * 2**20 + copies_inputs * inputs
     cache = int(cfg.judge_cache_gb * 2**30)
     cached = min(cache, (cfg.trials + len(STRESS_NAMES)) * outputs) if judge_keeps_outputs(outputs, cache) else 0
     judge = cached + outputs + min(4 * outputs, COMPARE_SLICES_BYTES)

@@ -230,12 +230,14 @@ class Judge:
                 model = torch.compile(self.model) if msg.spec.baseline == "compile" else self.model
                 self.timer = Timer(model, self.module, self.device, msg.spec, msg.trials[0])
                 self.timer_key = key
-            inputs = make_inputs(self.module, msg.trials[0], self.device)
-            outputs = self.reference(msg.trials[0], cache=False)
-            io_bytes = sum(t.numel() * t.element_size() for t in inputs + outputs if isinstance(t, torch.Tensor))
+            # From the timer's own buffers: a fresh input set and reference call beside them would be two
+            # more sets of device memory, for a byte count.
+            outputs = self.timer.output_for(msg.trials[0])
+            io_bytes = sum(t.numel() * t.element_size() for t in [*self.timer.static_in, *outputs]
+                           if isinstance(t, torch.Tensor))
             # The reference's graph kernels: the harness's evidence that listing them works on this device.
-            return {**reply, "mechanism": self.timer.mechanism, "io_bytes": io_bytes,
-                    "device_kernels": self.timer.device_kernels}
+            return {**reply, "mechanism": self.timer.mechanism, "fresh_inputs": self.timer.fresh.mechanism,
+                    "io_bytes": io_bytes, "device_kernels": self.timer.device_kernels}
         times, _ = self.timer.run(msg.trials)  # the worker's loop, digests included
         if self.device.type == "cuda":  # what a timing judge holds on the device (sizing shared GPUs)
             reply["reserved_bytes"] = torch.cuda.memory_reserved(self.device)

@@ -37,7 +37,7 @@ FLOOR_FRACTION = 0.5  # a copy kernel is not the peak; half the floor is still p
 HARNESS_KEYS = frozenset({"seeds", "static", "sizes", "stress_trials", "timing_rounds", "timing_trust",
                           "device_kernels", "reference_kernels", "physical_floor_us", "speedup_of_medians",
                           "device_gate", "harness_restarts", "served_by", "device_oom_retry",
-                          "judge_reserved_gb", "harness_s", "compiles_aside"})
+                          "judge_reserved_gb", "harness_s", "compiles_aside", "fresh_inputs"})
 
 
 class _Verdict(Exception):
@@ -122,6 +122,9 @@ class Session:
             setup = self.ask(RunPhase(phase="timing_setup", trials=[], timing_trials=list(seeds.timing[:1])), hold)
             ref_setup = self.judge_timing(TimeReference(spec=spec, trials=list(seeds.timing[:1]), setup=True))
         eager = self.check_device_kernels(setup, ref_setup.get("device_kernels")) == "profiler"
+        self.checks["fresh_inputs"] = {"reference": str(ref_setup.get("fresh_inputs", "")),
+                                       "candidate": str(setup.timing.get("fresh_inputs", "")
+                                                        if isinstance(setup.timing, dict) else "")[:200]}
         times = {"ref_us": [], "new_us": []}
         rounds = self.checks["timing_rounds"] = []  # per round: wall and event seconds of both sides
         picks: list[tuple[Trial, list, int]] = []  # picked iterations, each with its digest and the digest's seed

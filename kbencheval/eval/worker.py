@@ -192,7 +192,7 @@ class CandidateWorker:
         try:
             self.timer = Timer(self.model, self.module, self.device, self.job.timing, request.timing_trials[0],
                                on_eager_call=self.eager_call)
-            timing = {"mechanism": self.timer.mechanism}
+            timing = {"mechanism": self.timer.mechanism, "fresh_inputs": self.timer.fresh.mechanism}
             if self.device.type == "cuda":
                 timing["device_kernels"] = self.timer.device_kernels or self.profiled_call()
         except BaseException as e:

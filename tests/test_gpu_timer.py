@@ -1,0 +1,96 @@
+"""The trusted timer's fresh inputs and output digests on a real GPU (timing.FreshInputs, inputs.output_digest)."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import pytest
+import torch
+
+from kbencheval.eval.inputs import make_inputs, output_digest
+from kbencheval.eval.protocol import TimingSpec, Trial
+from kbencheval.eval.result import Status
+from kbencheval.eval.timing import FreshInputs, Timer
+from tests.test_adversarial import RELU
+
+pytestmark = pytest.mark.gpu
+
+CUDA = torch.device("cuda:0")
+
+
+def _module(get_inputs) -> types.ModuleType:
+    module = types.ModuleType("problem")
+    module.get_inputs = get_inputs
+    return module
+
+
+def _same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(a, b))
+
+
+def test_a_graph_regenerates_the_inputs_in_place_exactly_as_make_inputs_does():
+    module = _module(lambda: [torch.randn(64, 300) * torch.rand(1) + 0.5, torch.randint(0, 9, (7,)), 3])
+    fresh = FreshInputs(module, CUDA, Trial(seed=1))
+    assert fresh.mechanism == "graph"
+    addresses = [x.data_ptr() for x in fresh.static if isinstance(x, torch.Tensor)]
+    for seed in (2, 3, 2**61 + 5):
+        fresh.load(Trial(seed=seed))
+        assert _same(fresh.static, make_inputs(module, seed, CUDA)), seed
+    assert [x.data_ptr() for x in fresh.static if isinstance(x, torch.Tensor)] == addresses  # in place
+
+
+@pytest.mark.parametrize("get_inputs, why", [
+    # Python randomness: the capture bakes in one draw.
+    (lambda: [torch.randn(32, 8) * (1.0 + __import__("random").random())], "differs from make_inputs"),
+    (lambda: [torch.randn(32, 8, device="cpu")], "off the device"),  # make_inputs moves it; a graph cannot
+    (lambda: [torch.randn(32, 8) * float(torch.rand(1).item())], "cannot capture"),  # a host sync
+])
+def test_inputs_a_graph_cannot_replay_are_copied_and_still_right(get_inputs, why):
+    module = _module(get_inputs)
+    fresh = FreshInputs(module, CUDA, Trial(seed=1))
+    assert fresh.graph is None and fresh.mechanism.startswith("copy (") and why in fresh.mechanism, fresh.mechanism
+    for seed in (4, 5):
+        fresh.load(Trial(seed=seed))
+        assert _same(fresh.static, make_inputs(module, seed, CUDA))
+    torch.randn(4, device=CUDA)  # a failed capture left the generator usable
+
+
+def test_the_timed_graph_reads_the_regenerated_inputs():
+    module = _module(lambda: [torch.randn(128, 256)])
+    model = torch.nn.ReLU()
+    timer = Timer(model, module, CUDA, TimingSpec(enabled=True, iters=4), Trial(seed=1))
+    assert timer.mechanism == "cuda_graph" and timer.fresh.mechanism == "graph"
+    times, digests = timer.run([Trial(seed=s) for s in (7, 8)])
+    for seed, digest in zip((7, 8), digests):
+        want = [model(*make_inputs(module, seed, CUDA))]
+        assert _same(timer.output_for(Trial(seed=seed)), want)
+        assert output_digest(want, 1).tolist() == digest
+
+
+def test_a_half_precision_digest_reads_the_output_as_it_is():
+    """bfloat16 outputs are projected by one float32-accumulating product, with no float32 copy: the
+    digest agrees with the float32 copy's to float32 rounding, and moves when one element does."""
+    x = torch.randn(3000, 4096 + 17, device=CUDA).to(torch.bfloat16)  # rows of the digest's width, and a tail
+    got, want = output_digest([x], 9), output_digest([x.float()], 9)
+    assert got.dtype == torch.float64 and torch.allclose(got, want, rtol=1e-5, atol=1e-3), (got - want).abs().max()
+    y = x.clone()
+    y.view(-1)[123456] += 1.0
+    assert not torch.equal(output_digest([y], 9), got)
+
+
+def test_a_problem_whose_inputs_must_be_copied_reserves_the_copy_from_then_on(gpu_eval):
+    """The first candidate's reservation assumes inputs regenerated in place; the judge's timer says
+    they are copied (Python randomness in get_inputs), and the next reservation counts the copies."""
+    body = "    return [torch.randn(batch_size, dim)]"
+    assert body in RELU.source
+    source = RELU.source.replace(body, "    import random\n    return [torch.randn(batch_size, dim) * (1.0 + random.random())]")
+    problem = dataclasses.replace(RELU, source=source)
+    text = "```python\n" + RELU.solution_source + "```"
+    first, second = gpu_eval.evaluate(problem, text), gpu_eval.evaluate(problem, text)
+    assert first.status == second.status == Status.CORRECT, (first.error, second.error)
+    assert first.checks["fresh_inputs"]["reference"].startswith("copy (the captured get_inputs differs")
+    grew = second.checks["device_memory_gb"]["reserved"] - first.checks["device_memory_gb"]["reserved"]
+    assert abs(grew - 2.0) < 0.02, grew  # a 16384 x 16384 float32 input: 1 GiB more on each side
+    bundled = gpu_eval.evaluate(RELU, text)
+    assert bundled.checks["fresh_inputs"] == {"reference": "graph", "candidate": "graph"}, bundled.checks["fresh_inputs"]
