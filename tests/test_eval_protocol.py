@@ -87,6 +87,24 @@ def test_stress_inputs_transform_only_floating_tensors():
     base = make_inputs(Problem, Trial(seed=5), torch.device("cpu"))
     scaled = make_inputs(Problem, Trial(seed=5, stress="x100"), torch.device("cpu"))
     assert torch.allclose(scaled[0], base[0] * 100) and torch.equal(scaled[1], base[1]) and scaled[2] == 3
+
+
+def test_stress_transforms_fresh_inputs_in_place_and_never_the_problems_own_tensors():
+    kept = torch.randn(16)  # module-level state a get_inputs may return: must never change
+    before = kept.clone()
+    made = []
+
+    def get_inputs():
+        fresh = torch.randn(16)
+        made.append(fresh.data_ptr())
+        return [fresh, kept, kept, torch.randn(32)[:16]]
+
+    problem = type("Problem", (), {"get_inputs": staticmethod(get_inputs)})
+    base = make_inputs(problem, Trial(seed=5), torch.device("cpu"))
+    shifted = make_inputs(problem, Trial(seed=5, stress="shift+3"), torch.device("cpu"))
+    assert shifted[0].data_ptr() == made[-1]  # no second copy of a fresh input
+    assert all(torch.allclose(s, b + 3.0) for s, b in zip(shifted, base))
+    assert torch.equal(kept, before) and shifted[1] is not kept
     assert "shift-3" not in stress_names("positive") and stress_names("none") == []
     assert stress_names("unit_scale") == ["x0.01"]
     with pytest.raises(ValueError, match="INPUT_DOMAIN"):

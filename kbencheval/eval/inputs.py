@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import random
+import sys
 import types
 
 import torch
@@ -20,13 +21,13 @@ import torch
 
 from kbencheval.eval.seeds import STRESS_DOMAINS, stress_names  # noqa: F401  (which transforms a domain gets)
 
-# name -> transform of one floating tensor (the domains each is valid for: seeds.STRESS_DOMAINS)
+# name -> in-place transform of one floating tensor (the domains each is valid for: seeds.STRESS_DOMAINS)
 STRESS = {
-    "x0.01": lambda x: x * 0.01,
-    "x10": lambda x: x * 10.0,
-    "x100": lambda x: x * 100.0,
-    "shift+3": lambda x: x + 3.0,
-    "shift-3": lambda x: x - 3.0,
+    "x0.01": lambda x: x.mul_(0.01),
+    "x10": lambda x: x.mul_(10.0),
+    "x100": lambda x: x.mul_(100.0),
+    "shift+3": lambda x: x.add_(3.0),
+    "shift-3": lambda x: x.sub_(3.0),
 }
 assert STRESS.keys() == STRESS_DOMAINS.keys()
 
@@ -53,8 +54,25 @@ def make_inputs(module, trial, device: torch.device) -> list:
     inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
     if stress:
         transform = STRESS[stress]
-        inputs = [transform(x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+        for i in range(len(inputs)):  # by index: a loop variable would be one more reference
+            if isinstance(inputs[i], torch.Tensor) and inputs[i].is_floating_point():
+                inputs[i] = transform(inputs[i] if _ours_alone(inputs, i) else inputs[i].clone())
     return inputs
+
+
+def _ours_alone(inputs: list, i: int) -> bool:
+    """Whether input `i` may be stressed in place: a dense tensor of its own (not a view, no element
+    twice), referenced only from `inputs`, and sharing its memory with no other input. Anything else
+    (a tensor the problem keeps at module level, one returned twice, a view) is copied first. In place,
+    a stress trial needs no second copy of its input: on the bundled 3 GB inputs that copy doubled the
+    device memory a trial needs, on both sides."""
+    x = inputs[i]
+    # References: its places in `inputs`, `x`, and getrefcount's argument.
+    if sys.getrefcount(x) != 2 + sum(y is x for y in inputs) or x._base is not None or not x.is_contiguous():
+        return False
+    storage = x.untyped_storage().data_ptr()
+    return not any(isinstance(y, torch.Tensor) and y.untyped_storage().data_ptr() == storage
+                   for j, y in enumerate(inputs) if j != i)
 
 
 DIGEST_WIDTH = 4096  # weights per row of the projection; an output is read as rows of this width
