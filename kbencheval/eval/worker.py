@@ -142,6 +142,7 @@ class CandidateWorker:
                 return self.fail(Status.REJECTED, prefix + violation, trial.key)
             desc = export_tensors(outs, self.job.job_dir, f"{request.phase}{self.exports}")
             items.append(OutputItem(trial=trial, desc=desc))
+            del inputs, outs  # not alive while the next trial's inputs are made: a 3 GB input set twice over
         phases = self.checks["phases_s"]  # trials come one request each: their times add up
         self.checks.setdefault(f"first_{request.phase}_s", time.perf_counter() - clock)  # Triton compiles here
         phases[f"{request.phase}_s"] = phases.get(f"{request.phase}_s", 0.0) + time.perf_counter() - clock
