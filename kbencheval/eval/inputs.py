@@ -139,6 +139,14 @@ def output_digest(tensors: list, seed: int) -> torch.Tensor:
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
+def inputs_fingerprint(inputs: list) -> list:
+    """What must agree between two input sets that are the same: per tensor its layout and a digest
+    (float64 projections: any changed element moves them), per other value its repr. For comparing sets
+    without holding a second copy of either."""
+    return [(tuple(x.shape), x.dtype, x.stride(), output_digest([x], 0x5EED).tolist())
+            if isinstance(x, torch.Tensor) else repr(x) for x in inputs]
+
+
 def row_squares_torch(matrix: torch.Tensor, chunk_rows: int = 2048) -> torch.Tensor:
     """Per row, the sum of squares in float64 (in row slices): the CPU path, and the oracle of the
     judge's fused kernel (judge_kernels.row_squares_fused)."""

@@ -15,7 +15,7 @@ import time
 import torch
 
 from kbencheval.eval.device_kernels import device_report, graph_kernels, profiled_kernels
-from kbencheval.eval.inputs import as_tensor_list, make_inputs, output_digest, sync
+from kbencheval.eval.inputs import as_tensor_list, inputs_fingerprint, make_inputs, output_digest, sync
 from kbencheval.eval.protocol import TimingSpec, Trial
 
 
@@ -232,7 +232,7 @@ class FreshInputs:
             self.load(first)
 
     def _capture(self):
-        expected = [_fingerprint(make_inputs(self.module, seed, self.device)) for seed in self.PROBES]
+        expected = [inputs_fingerprint(make_inputs(self.module, seed, self.device)) for seed in self.PROBES]
         torch.cuda.empty_cache()  # the probes' sets go back: the graph's pool is all this holds from now on
         graph = torch.cuda.CUDAGraph()
         stream = torch.cuda.current_stream(self.device)
@@ -245,7 +245,7 @@ class FreshInputs:
             return None, None, "copy (get_inputs returns tensors off the device)"
         for seed, want in zip(self.PROBES, expected):
             self._replay(graph, seed)
-            if _fingerprint(static) != want:
+            if inputs_fingerprint(static) != want:
                 return None, None, "copy (the captured get_inputs differs from make_inputs under the same seed)"
         return graph, static, "graph"
 
@@ -262,13 +262,6 @@ class FreshInputs:
         for static, value in zip(self.static, make_inputs(self.module, trial, self.device)):
             if isinstance(static, torch.Tensor):
                 static.copy_(value)
-
-
-def _fingerprint(inputs: list) -> list:
-    """What must agree between two ways of generating one input set: per tensor its layout and a digest
-    (float64 projections: any changed element moves them), per other value its repr."""
-    return [(tuple(x.shape), x.dtype, x.stride(), output_digest([x], 0x5EED).tolist())
-            if isinstance(x, torch.Tensor) else repr(x) for x in inputs]
 
 
 def end_rng_capture_state(device: torch.device) -> None:

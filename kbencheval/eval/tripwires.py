@@ -13,7 +13,7 @@ import os
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kbencheval.eval.inputs import as_tensor_list, global_flags
+from kbencheval.eval.inputs import as_tensor_list, global_flags, inputs_fingerprint
 
 # Ops a kernel wrapper may call: allocation, views, copies and metadata. Everything else is compute.
 ALLOCATION_OPS = {
@@ -314,8 +314,8 @@ class Tripwires:
                 return f"output {i} is a Tensor subclass ({type(t).__name__})"
             if not kernel_written(t, tracker, capture):
                 return f"output {i} was not written by any launched kernel (decoy launch)"
-        for i, (a, b) in enumerate(zip(before_inputs, inputs)):
-            if isinstance(a, torch.Tensor) and not torch.equal(a, b):
+        for i, (a, b) in enumerate(zip(before_inputs, inputs_fingerprint(inputs))):
+            if a != b:  # `before_inputs`: the inputs' fingerprint before the call (inputs.inputs_fingerprint)
                 return f"forward modified input {i} in place"
         return None
 

@@ -19,7 +19,8 @@ import torch._dynamo  # noqa: F401  (its import rebinds torch.manual_seed; do it
 
 from kbencheval.eval.audit import install_for_worker
 from kbencheval.eval.errors import is_compile_error, short_error
-from kbencheval.eval.inputs import as_tensor_list, build_model, load_problem_module, make_inputs, pin_global_flags, sync
+from kbencheval.eval.inputs import (as_tensor_list, build_model, inputs_fingerprint, load_problem_module, make_inputs,
+                                    pin_global_flags, sync)
 from kbencheval.eval.protocol import (CandidateJob, Channel, Compiled, Compiling, Failure, JudgeJob, OutputItem, Outputs,
                                       ProtocolError, Ready, Resume, RunPhase, Status)
 from kbencheval.eval.timing import Timer, profiled_report, time_models
@@ -105,7 +106,7 @@ class CandidateWorker:
 
     def checked_call(self, inputs: list) -> tuple[list, str | None]:
         """One forward under every run-time check; returns (outputs, violation or None)."""
-        before_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        before_inputs = inputs_fingerprint(inputs)  # not a clone: that was a second input set on the device
         capture = OpCapture(set(self.job.allowed_ops))
         self.tracker.reset(capture)
         self.tracker.active = True
