@@ -129,6 +129,7 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
                 "timed_iterations": r.runtime_stats.n if r.runtime_stats else None,
                 "device_memory_gb": r.checks.get("device_memory_gb"),
                 "device_gb": {"worker_peak": r.checks.get("worker_peak_gb"), "judge": r.checks.get("judge_reserved_gb")},
+                "fresh_inputs": r.checks.get("fresh_inputs"),
                 # Per protocol phase, seconds the harness waited on the worker and on the judge.
                 "harness_s": r.checks.get("harness_s"),
                 # The worker's own account of its start (device init, lock-down, init) and first trial.
