@@ -84,7 +84,8 @@ def test_a_problem_whose_inputs_must_be_copied_reserves_the_copy_from_then_on(gp
     they are copied (Python randomness in get_inputs), and the next reservation counts the copies."""
     body = "    return [torch.randn(batch_size, dim)]"
     assert body in RELU.source
-    source = RELU.source.replace(body, "    import random\n    return [torch.randn(batch_size, dim) * (1.0 + random.random())]")
+    scaled = "    import random\n    return [torch.randn(batch_size, dim) * (1.0 + random.random())]"
+    source = RELU.source.replace(body, scaled)
     problem = dataclasses.replace(RELU, source=source)
     text = "```python\n" + RELU.solution_source + "```"
     first, second = gpu_eval.evaluate(problem, text), gpu_eval.evaluate(problem, text)
@@ -93,4 +94,4 @@ def test_a_problem_whose_inputs_must_be_copied_reserves_the_copy_from_then_on(gp
     grew = second.checks["device_memory_gb"]["reserved"] - first.checks["device_memory_gb"]["reserved"]
     assert abs(grew - 2.0) < 0.02, grew  # a 16384 x 16384 float32 input: 1 GiB more on each side
     bundled = gpu_eval.evaluate(RELU, text)
-    assert bundled.checks["fresh_inputs"] == {"reference": "graph", "candidate": "graph"}, bundled.checks["fresh_inputs"]
+    assert bundled.checks["fresh_inputs"] == {"reference": "graph", "candidate": "graph"}, bundled.checks

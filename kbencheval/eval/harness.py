@@ -392,10 +392,10 @@ COMPARE_SLICES_BYTES = 1 << 28  # judge.compare's float64 temporaries for one 8M
 def device_bytes_needed(prep: dict, cfg: EvalConfig, copies_inputs: bool = False) -> int:
     """A candidate's device memory at its peak, worker and judge together, from what the judge measured
     for the reference (`call_peak_bytes`: one call's inputs, intermediates and outputs; the model's
-    weights). Each side holds its model, a call's peak in its timer (its inputs regenerated in place),
-    where the problem's timers are known to copy fresh inputs instead a second input set
-    (`copies_inputs`, learnt from the judge's timer: timing.FreshInputs), and an L2 flush buffer; the worker also a trial's exported outputs until the judge has read them
-    (timed outputs are recomputed into the timer's own buffers); the judge also its cached reference
+    weights). Each side holds its model, a call's peak in its timer (its inputs regenerated in place;
+    where the problem's timers are known to copy fresh inputs instead, a second input set:
+    `copies_inputs`, learnt from the judge's timer, timing.FreshInputs) and an L2 flush buffer; the
+    worker also a trial's exported outputs until the judge has read them (timed outputs are recomputed into the timer's own buffers); the judge also its cached reference
     outputs, its snapshot of a timed output and the comparison's float64 slices. An estimate: a
     candidate that uses more than its reference can still run out, and is then re-run with the device
     to itself (`device_oom_retry`)."""
