@@ -168,7 +168,7 @@ class Timer:
         cuda = self.device.type == "cuda"
         with torch.no_grad():
             for trial in trials:
-                self._load_inputs(trial)
+                self.fresh.load(trial)
                 if cuda:
                     self.flush.zero_()
                     torch.cuda.synchronize(self.device)
@@ -190,14 +190,10 @@ class Timer:
         replayed on the static inputs): what the harness picked from a round, recomputed for the judge.
         A graph's outputs live in its static buffers until the next call."""
         with torch.no_grad():
-            self._load_inputs(trial)
+            self.fresh.load(trial)
             out = self._call()
         sync(self.device)
         return out
-
-    def _load_inputs(self, trial: Trial) -> None:
-        self.fresh.load(trial)
-
 
 class FreshInputs:
     """A timed iteration's fresh inputs, written into the static inputs its graph reads.
