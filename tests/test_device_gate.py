@@ -318,3 +318,28 @@ def test_what_an_idle_judge_keeps_counts_against_the_others_until_its_evaluator_
         reservation.standing_after = 3 * GB
     gate.forget("d")
     assert "d" not in gate.reserved()["standing"]
+
+
+def test_a_spare_worker_counts_as_standing_memory_until_its_candidate_reserves(tmp_path):
+    """An Evaluator forks its next worker between candidates (kbencheval/eval/launch.py): that worker's
+    CUDA context stands beside the judge's memory, holding back others' candidates until its own
+    candidate's reservation covers it."""
+    import os
+
+    gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
+    gate.stand("a", 6 * GB)  # judge 5 GB + the spare's context 1 GB
+    assert gate.reserved()["standing"] == {"a": [os.getpid(), 6 * GB]}
+    windows = {"b": {}}
+    with gate.reserve(5 * GB, 25 * GB, owner="c"):
+        def hold_b():
+            with gate.reserve(15 * GB, 25 * GB, windows["b"], owner="b"):
+                pass
+
+        b = threading.Thread(target=hold_b)
+        b.start()
+        time.sleep(0.5)
+        assert "start" not in windows["b"]  # 5 held + 6 standing + 15 > 25
+        with gate.reserve(5 * GB, 25 * GB, owner="a"):  # a's next candidate covers its standing now
+            assert "a" not in gate.reserved()["standing"]
+            b.join(10)  # 5 + 5 + 15 fit
+            assert not b.is_alive() and windows["b"]["wait_s"] > 0.4

@@ -128,6 +128,11 @@ class DeviceGate:
         finally:
             self._update(lambda ledger: _drop(ledger, ticket, owner, reservation.standing_after))
 
+    def stand(self, owner: str, nbytes: int) -> None:
+        """What the Evaluator `owner` holds on the device between its candidates (its judge's timer and
+        outputs, its next worker's context) is `nbytes` from now on, until its next reservation."""
+        self._update(lambda ledger: ledger["standing"].__setitem__(owner, [os.getpid(), int(nbytes)]))
+
     def forget(self, owner: str) -> None:
         """The Evaluator `owner` is closed: its judge keeps nothing any more."""
         self._update(lambda ledger: ledger["standing"].pop(owner, None))

@@ -24,49 +24,17 @@ from pathlib import Path
 from kbencheval.dataset import Problem
 from kbencheval.eval.config import EvalConfig
 from kbencheval.eval.gate import DeviceGate
-from kbencheval.eval.protocol import (CandidateJob, JudgeJob, Prepare, Release, TimingSpec, decode, encode,
+from kbencheval.eval.launch import Conn, Launch, Worker
+from kbencheval.eval.protocol import (CandidateJob, JudgeJob, Prepare, Release, TimingSpec,
                                       judge_keeps_outputs)
 from kbencheval.eval.result import EvalResult, Status, feedback_text
 from kbencheval.eval.sandbox.env import scrub
 from kbencheval.eval.server import HarnessError, _Server, bwrap_args, bwrap_profile, bwrap_works  # noqa: F401
 from kbencheval.eval.seeds import STRESS_NAMES, RunSeeds, stress_names
-from kbencheval.eval.session import Session, gate_window, kill_group, tail, wait_gone
+from kbencheval.eval.session import Session, gate_window, kill_group, tail
 from kbencheval.extract import defines_model_new, extract_code, static_check
 
 __all__ = ["EvalConfig", "Evaluator", "HarnessError", "RunSeeds", "bwrap_works", "start_evaluators"]
-
-
-class _Conn:
-    """A child's socket with a shared deadline; messages are protocol dataclasses (judge replies: dicts)."""
-
-    def __init__(self, sock: socket.socket, deadline: float):
-        self.sock, self.deadline, self.buf = sock, deadline, b""
-
-    def recv_line(self) -> bytes | None:
-        while b"\n" not in self.buf:
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            self.sock.settimeout(remaining)
-            try:
-                chunk = self.sock.recv(1 << 20)
-            except socket.timeout:
-                raise TimeoutError from None
-            except ConnectionError:  # the peer died mid-message
-                return None
-            if not chunk:
-                return None
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line
-
-    def recv(self):
-        """The worker's next message, decoded (ProtocolError if malformed), or None if it closed."""
-        line = self.recv_line()
-        return None if line is None else decode(line)
-
-    def send(self, msg) -> None:
-        self.sock.sendall(encode(msg))
 
 
 class Evaluator:
@@ -92,7 +60,8 @@ class Evaluator:
         self._judge_kept = 0  # device bytes the judge's allocator held at its last reply
         self._owner = f"{os.getpid()}-{id(self)}"  # this Evaluator in the device gate's ledger
         self._judge_started = False
-        self._judge: _Conn | None = None
+        self._judge: Conn | None = None
+        self._spare: Worker | None = None  # the next candidate's worker, forked once the last one was gone
         self._lock = threading.Lock()
         self._job_counter = 0
         self._alone = False  # set while a candidate is re-run with the device to itself (see evaluate)
@@ -119,6 +88,9 @@ class Evaluator:
         self._server.wait_ready()
 
     def close(self):
+        if self._spare is not None:
+            self._spare.kill()
+            self._spare = None
         self._kill_judge()
         self.gate.forget(self._owner)
         self._server.close()
@@ -136,6 +108,9 @@ class Evaluator:
             return
         self._server.close()
         self._kill_judge()
+        if self._spare is not None:  # died with its fork server
+            self._spare.kill()
+            self._spare = None
         self._server = _Server(self.cfg, self._scratch, self._hide)
         self.restarts["fork_server"] += 1
 
@@ -144,7 +119,25 @@ class Evaluator:
         return RunSeeds.draw(trials=self.cfg.trials, timing_sets=self.cfg.timing_input_sets, seed=self.cfg.seed)
 
     # -- internals --
-    def _spawn(self, job: dict, deadline: float) -> tuple[int, _Conn]:
+    def _next_job(self) -> int:
+        self._job_counter += 1
+        return self._job_counter
+
+    def _fork_spare(self) -> None:
+        """Forks the next candidate's worker now (kbencheval/eval/launch.py): after the last candidate's
+        worker and its leftovers were killed, before the next candidate is known. Only while the judge
+        lives: workers are forked into its PID namespace. Its CUDA context counts as this Evaluator's
+        standing memory until its candidate's reservation covers it."""
+        if self._spare is not None or self._judge is None:
+            return
+        try:
+            self._spare = Worker(self, self._next_job())
+        except (HarnessError, TimeoutError):
+            return  # the next candidate forks its own, and reports what fails then
+        if not self.cfg.on_cpu:
+            self.gate.stand(self._owner, self._judge_kept + CUDA_CONTEXT_BYTES)
+
+    def _spawn(self, job: dict, deadline: float) -> tuple[int, Conn]:
         sock_path = os.path.join(job["job_dir"], "ctl.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(sock_path)
@@ -165,7 +158,7 @@ class Evaluator:
             raise HarnessError(f"worker {job['kind']} never connected; see {job['job_dir']}/worker.log") from None
         finally:
             listener.close()
-        return pid, _Conn(conn, deadline)
+        return pid, Conn(conn, deadline)
 
     def _judge_call(self, msg) -> dict:
         if self._judge is None:
@@ -215,6 +208,7 @@ class Evaluator:
             result.eval_seconds = round(time.monotonic() - t0, 3)
             result.error = scrub(result.error, str(self._scratch))
             result.feedback = scrub(result.feedback, str(self._scratch)) if result.feedback else feedback_text(result)
+            self._fork_spare()
             return result
 
     def _evaluate_guarded(self, problem: Problem, text: str, backend: str, seeds: RunSeeds) -> EvalResult:
@@ -275,10 +269,11 @@ class Evaluator:
         need = device_bytes_needed(prep, cfg, copies_inputs=problem_key in self._copies_inputs)
         capacity = int(DEVICE_MEMORY_FRACTION * prep.get("device_total_bytes", need))
         checks["device_memory_gb"] = {"reserved": round(need / 2**30, 2), "capacity": round(capacity / 2**30, 2)}
-        early = CUDA_CONTEXT_BYTES + prep.get("model_bytes", 0)
+        # A spare's context is counted already, in this Evaluator's standing memory (_fork_spare).
+        early = (0 if launch.worker is not None else CUDA_CONTEXT_BYTES) + prep.get("model_bytes", 0)
         with launch, self.gate.reserve(need, capacity, gate_window(checks, "memory"), owner=self._owner,
                                        early_bytes=early, on_queued=launch.start) as reservation:
-            gate_window(checks, "memory")["worker_started"] = launch.started
+            gate_window(checks, "memory").update(worker_started=launch.started, worker_forked=launch.forked)
             try:
                 return self._run_candidate(launch, seeds, trials, checks)
             finally:
@@ -289,7 +284,7 @@ class Evaluator:
                 # What the judge keeps for the next candidate of this problem counts against the device
                 # from now on: eight idle judges' timers and outputs, counted nowhere, left a new
                 # worker's CUDA context no room on the H100 (2026-11-25).
-                reservation.standing_after = self._judge_kept
+                reservation.standing_after = self._judge_kept + CUDA_CONTEXT_BYTES  # and the spare to come
 
     def _release_judge(self) -> None:
         try:
@@ -297,15 +292,12 @@ class Evaluator:
         except HarnessError:
             pass  # a dead judge holds nothing; the next candidate starts a new one
 
-    def _launch(self, problem, code, backend, seeds, sizes, output_bytes) -> _Launch:
+    def _launch(self, problem, code, backend, seeds, sizes, output_bytes) -> Launch:
+        """The candidate's job, for the spare worker (or, if there is none, one forked at `Launch.start`)."""
         cfg = self.cfg
-        self._job_counter += 1
-        job_dir = Path(tempfile.mkdtemp(prefix=f"job{self._job_counter}-", dir=self._scratch))
-        candidate_file = job_dir / "candidate.py"
-        candidate_file.write_text(code)
         job = CandidateJob(
-            job_dir=str(job_dir), device=cfg.device_index, problem_source=problem.source, sizes=sizes,
-            model_seeds=seeds.model, candidate_file=str(candidate_file),
+            job_dir="", device=cfg.device_index, problem_source=problem.source, sizes=sizes,
+            model_seeds=seeds.model, candidate_file="",
             allowed_ops=sorted(set(problem.allowed_torch_ops) | set(cfg.allowed_ops)), backend=backend,
             poison_bytes=output_bytes,
             memory_limit_bytes=int(cfg.memory_limit_gb * 2**30) if cfg.on_cpu else 0,
@@ -315,9 +307,10 @@ class Evaluator:
                               baseline=cfg.baseline, input_budget_bytes=int(cfg.timing_input_gb * 2**30)))
         tolerance = dict(problem.tolerance)
         tolerance.update({k: v for k, v in (("atol", cfg.atol), ("rtol", cfg.rtol)) if v is not None})
-        return _Launch(self, job, tolerance)
+        spare, self._spare = self._spare, None
+        return Launch(self, job, code, tolerance, spare)
 
-    def _run_candidate(self, launch: _Launch, seeds: RunSeeds, trials: list, checks: dict) -> EvalResult:
+    def _run_candidate(self, launch: Launch, seeds: RunSeeds, trials: list, checks: dict) -> EvalResult:
         """Runs the candidate's session; its worker was started while it waited for device memory, or
         starts now. From here it has cfg.timeout_s: the wait for memory is not the candidate's time."""
         cfg, job = self.cfg, launch.job
@@ -339,47 +332,6 @@ class Evaluator:
             launch.end()
             checks.setdefault("harness_s", {})["teardown"] = {"worker_s": round(time.monotonic() - ended, 4),
                                                               "judge_s": 0.0}
-
-
-class _Launch:
-    """A candidate's worker: forked (`start`) when its memory reservation is in line, or right away on the
-    CPU. An error while starting is kept for `_run_candidate` to turn into a verdict."""
-
-    def __init__(self, ev: Evaluator, job: CandidateJob, tolerance: dict):
-        self.ev, self.job, self.tolerance = ev, job, tolerance
-        self.started: float | None = None
-        self.pid: int | None = None
-        self.conn: _Conn | None = None
-        self.error: Exception | None = None
-        self.ended = False
-
-    def start(self) -> None:
-        self.started = time.monotonic()
-        try:
-            self.pid, self.conn = self.ev._spawn(self.job.to_dict(), self.started + self.ev.cfg.timeout_s)
-        except (HarnessError, TimeoutError) as e:
-            self.error = e
-
-    def end(self) -> None:
-        """Kills the worker and whatever it left, and removes its folder; once, whenever it ends."""
-        if self.ended:
-            return
-        self.ended = True
-        if self.pid is not None:
-            kill_group(self.pid)
-            wait_gone(self.pid)  # its orphans are re-parented to the fork server only once it is dead
-        if self.started is not None:
-            try:
-                self.ev._server.call(op="sweep", keep=[self.ev._judge_pid] if self.ev._judge_pid else [])
-            except HarnessError:
-                pass  # the fork server died: _ensure_server starts a new one before the next candidate
-        shutil.rmtree(self.job.job_dir, ignore_errors=True)
-
-    def __enter__(self) -> "_Launch":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.end()  # a worker started while its reservation waited, and never run, is not left behind
 
 
 # Of the GPU's memory, what the candidates' reservations may add up to: the rest is for the CUDA

@@ -8,6 +8,7 @@ to what it was asked is abusing the protocol.
 
 The conversation (the harness drives; the worker only answers):
 
+    harness -> Assign(job)                      to a worker forked before its candidate was known
     worker -> Ready | Failure                   after importing and constructing ModelNew
     harness -> RunPhase(phase, trials, ...)     the trials' seeds are drawn at run time and sent only now
     worker -> Outputs(phase, items) | Failure   exactly one item per requested trial
@@ -118,6 +119,15 @@ class JudgeJob:
 
 
 # --- worker <-> harness messages ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(kw_only=True)
+class Assign:
+    """Harness -> worker, once: its candidate. The worker was forked, set up its device and locked itself
+    down before the candidate was known (kbencheval/eval/launch.py); nothing of the candidate ran yet."""
+
+    job: dict  # CandidateJob.to_dict()
+    type: str = "assign"
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -235,7 +245,7 @@ class Release:
 
 
 _MESSAGES = {cls.__dataclass_fields__["type"].default: cls
-             for cls in (Ready, Failure, Outputs, RunPhase, Compiling, Compiled, Resume, Prepare, Compare,
+             for cls in (Assign, Ready, Failure, Outputs, RunPhase, Compiling, Compiled, Resume, Prepare, Compare,
                          TimeReference, Release)}
 
 

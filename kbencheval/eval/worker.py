@@ -21,7 +21,7 @@ from kbencheval.eval.audit import install_for_worker
 from kbencheval.eval.errors import is_compile_error, short_error
 from kbencheval.eval.inputs import (as_tensor_list, build_model, inputs_fingerprint, load_problem_module, make_inputs,
                                     pin_global_flags, sync)
-from kbencheval.eval.protocol import (CandidateJob, Channel, Compiled, Compiling, Failure, JudgeJob, OutputItem, Outputs,
+from kbencheval.eval.protocol import (Assign, CandidateJob, Channel, Compiled, Compiling, Failure, JudgeJob, OutputItem, Outputs,
                                       ProtocolError, Ready, Resume, RunPhase, Status)
 from kbencheval.eval.timing import Timer, profiled_report, time_models
 from kbencheval.eval.transfer import export_tensors
@@ -29,24 +29,28 @@ from kbencheval.eval.tripwires import LaunchTracker, OpCapture, Tripwires, os_th
 
 
 class CandidateWorker:
-    """One candidate, one model instance, phases driven by the harness."""
+    """One candidate, one model instance, phases driven by the harness. Built before its candidate is
+    known (the device and the tripwires' hooks are set up then), given it by `take`."""
 
-    def __init__(self, job: CandidateJob, chan: Channel, clock: dict | None = None):
-        self.job, self.chan, self.clock = job, chan, clock or {}
-        self.device = torch.device(job.device)
+    def __init__(self, device: str, chan: Channel, clock: dict | None = None):
+        self.chan, self.clock = chan, clock if clock is not None else {}
+        self.device = torch.device(device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.tracker = LaunchTracker()
         self.tracker.install()
         self.compiles = CompileAside(chan, self.device)
         self.compiles.install()
-        self.module = load_problem_module(job.problem_source, job.sizes)
-        self.tripwires = Tripwires(self.tracker, pin_global_flags(), set(job.allowed_ops))
         self.checks: dict = {"phases_s": {}}
         self.model = None
         self.timer = None
         self.profiler_warm = False
         self.exports = 0  # names each exported output file uniquely
+
+    def take(self, job: CandidateJob) -> "CandidateWorker":
+        self.job = job
+        self.module = load_problem_module(job.problem_source, job.sizes)
+        self.tripwires = Tripwires(self.tracker, pin_global_flags(), set(job.allowed_ops))
         # Last: from here on the candidate's own code may run. Fresh imports of kbencheval are denied,
         # and none of its modules stays in sys.modules for an `import` to find, except the Triton cache
         # manager, which Triton itself imports by name at its first GPU compile (TRITON_CACHE_MANAGER).
@@ -54,12 +58,16 @@ class CandidateWorker:
         triton_manager = os.environ.get("TRITON_CACHE_MANAGER", "").split(":")[0]
         for name in [m for m in sys.modules if m.split(".")[0] == "kbencheval" and m != triton_manager]:
             del sys.modules[name]
+        return self
 
     def run(self) -> None:
-        if {"forked", "device_up", "locked"} <= set(self.clock):  # where the start went, for the benchmarks
-            self.checks["start_s"] = {"device_init_s": self.clock["device_up"] - self.clock["forked"],
-                                      "lock_down_s": self.clock["locked"] - self.clock["device_up"],
-                                      "worker_init_s": time.monotonic() - self.clock["locked"]}
+        if {"forked", "device_up", "locked", "waiting", "assigned"} <= set(self.clock):  # for the benchmarks
+            c = self.clock
+            self.checks["start_s"] = {"device_init_s": c["device_up"] - c["forked"],
+                                      "lock_down_s": c["locked"] - c["device_up"],
+                                      "worker_init_s": c["waiting"] - c["locked"],
+                                      "waited_for_job_s": c["assigned"] - c["waiting"],
+                                      "job_init_s": time.monotonic() - c["assigned"]}
         if not self.load():
             return
         self.chan.send(Ready(checks=self.checks))
@@ -329,15 +337,24 @@ class CompileAside:
 
 
 def run_job(job: dict, sock, clock: dict | None = None) -> None:
-    """Entry point of a forked child (kbencheval.eval.forkserver): a judge or a candidate worker.
-    `clock`: monotonic times of its start (forked, device_up, locked), reported in checks["start_s"]."""
+    """Entry point of a forked child (kbencheval.eval.forkserver): a judge, or a candidate worker that
+    sets itself up and then waits for its candidate (`Assign`). `clock`: monotonic times of its start
+    (forked, device_up, locked; here waiting, assigned), reported in checks["start_s"]."""
     os.chdir(job["job_dir"])
     if job["kind"] == "judge":
         from kbencheval.eval.judge import run_judge  # trusted; never runs candidate code
 
         run_judge(JudgeJob(**job), sock)
         return
+    clock = clock if clock is not None else {}
+    chan = Channel(sock)
     try:
-        CandidateWorker(CandidateJob.from_dict(job), Channel(sock), clock).run()
+        worker = CandidateWorker(job["device"], chan, clock)
+        clock["waiting"] = time.monotonic()
+        assign = chan.recv()
+        if not isinstance(assign, Assign):
+            raise ProtocolError(f"expected the candidate, got {type(assign).__name__} from the harness")
+        clock["assigned"] = time.monotonic()
+        worker.take(CandidateJob.from_dict(assign.job)).run()
     except EOFError:
         pass

@@ -1,0 +1,141 @@
+"""The harness's side of a candidate's worker process: forked before its candidate is known, told it later.
+
+A worker's start (fork, CUDA context, imports, the tripwires' hooks) takes 1-2.5 s on a busy H100, and
+it needs nothing of the candidate. So each Evaluator forks the next candidate's worker as soon as a
+candidate is over (`Worker`, the spare): its start runs while the next candidate is checked, prepared
+by the judge and waits for device memory, and the candidate's job (`protocol.Assign`) goes to a worker
+that is already up. A spare is forked only after the previous worker and everything it left were
+killed (the fork server's sweep), so no candidate's process ever shares the device or a PID namespace
+with the worker of the next one: it cannot stall, signal or read it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from kbencheval.eval.protocol import Assign, CandidateJob, decode, encode
+from kbencheval.eval.server import HarnessError
+from kbencheval.eval.session import kill_group, wait_gone
+
+
+class Conn:
+    """A child's socket with a shared deadline; messages are protocol dataclasses (judge replies: dicts)."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        self.sock, self.deadline, self.buf = sock, deadline, b""
+
+    def recv_line(self) -> bytes | None:
+        while b"\n" not in self.buf:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            self.sock.settimeout(remaining)
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except socket.timeout:
+                raise TimeoutError from None
+            except ConnectionError:  # the peer died mid-message
+                return None
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+    def recv(self):
+        """The worker's next message, decoded (ProtocolError if malformed), or None if it closed."""
+        line = self.recv_line()
+        return None if line is None else decode(line)
+
+    def send(self, msg) -> None:
+        self.sock.sendall(encode(msg))
+
+    def closed_by_peer(self) -> bool:
+        """Whether the process at the other end is gone (it sends nothing before its job)."""
+        try:
+            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+
+class Worker:
+    """A forked worker process in its own job folder, connected and waiting for its candidate."""
+
+    def __init__(self, ev, counter: int):
+        self.ev = ev
+        self.job_dir = tempfile.mkdtemp(prefix=f"job{counter}-", dir=ev._scratch)
+        self.forked = time.monotonic()
+        shell = {"kind": "candidate", "job_dir": self.job_dir, "device": ev.cfg.device_index,
+                 "memory_limit_bytes": int(ev.cfg.memory_limit_gb * 2**30) if ev.cfg.on_cpu else 0}
+        try:
+            self.pid, self.conn = ev._spawn(shell, self.forked + 120)
+        except BaseException:
+            shutil.rmtree(self.job_dir, ignore_errors=True)
+            raise
+
+    def alive(self) -> bool:
+        return not self.conn.closed_by_peer()
+
+    def kill(self) -> None:
+        kill_group(self.pid)
+        wait_gone(self.pid)
+        shutil.rmtree(self.job_dir, ignore_errors=True)
+
+
+class Launch:
+    """A candidate's worker: the Evaluator's spare, or one forked now (`start`, when its memory reservation
+    is in line, or right away on the CPU), then given its job. An error while starting is kept for
+    `_run_candidate` to turn into a verdict."""
+
+    def __init__(self, ev, job: CandidateJob, code: str, tolerance: dict, spare: Worker | None):
+        self.ev, self.job, self.code, self.tolerance = ev, job, code, tolerance
+        self.worker = spare
+        self.started: float | None = None  # when the job was sent
+        self.forked: float | None = None  # when its process was forked (before `started` for a spare)
+        self.pid: int | None = None
+        self.conn: Conn | None = None
+        self.error: Exception | None = None
+        self.ended = False
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        try:
+            if self.worker is not None and not self.worker.alive():
+                self.worker.kill()  # died meanwhile (e.g. with its judge's PID namespace): fork another
+                self.worker = None
+            if self.worker is None:
+                self.worker = Worker(self.ev, self.ev._next_job())
+            self.forked, self.pid, self.conn = self.worker.forked, self.worker.pid, self.worker.conn
+            self.job.job_dir = self.worker.job_dir
+            self.job.candidate_file = str(Path(self.job.job_dir) / "candidate.py")
+            Path(self.job.candidate_file).write_text(self.code)
+            self.conn.deadline = self.started + self.ev.cfg.timeout_s
+            self.conn.send(Assign(job=self.job.to_dict()))
+        except (HarnessError, TimeoutError, OSError) as e:
+            self.error = e if isinstance(e, (HarnessError, TimeoutError)) else \
+                HarnessError(f"the worker could not be given its candidate: {e}")
+
+    def end(self) -> None:
+        """Kills the worker and whatever it left, and removes its folder; once, whenever it ends."""
+        if self.ended:
+            return
+        self.ended = True
+        if self.worker is None:
+            return
+        self.worker.kill()  # its orphans are re-parented to the fork server only once it is dead
+        try:
+            self.ev._server.call(op="sweep", keep=[self.ev._judge_pid] if self.ev._judge_pid else [])
+        except HarnessError:
+            pass  # the fork server died: _ensure_server starts a new one before the next candidate
+
+    def __enter__(self) -> "Launch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.end()  # a worker started while its reservation waited, and never run, is not left behind
