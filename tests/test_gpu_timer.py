@@ -68,6 +68,34 @@ def test_the_timed_graph_reads_the_regenerated_inputs():
         assert output_digest(want, 1).tolist() == digest
 
 
+class _Sleep(torch.nn.Module):
+    def forward(self, x):
+        torch.cuda._sleep(100_000)  # about 0.06 ms on an H100, a tenth of regenerating and flushing
+        return x[:1] * 2
+
+
+def test_a_queued_round_times_each_replay_alone():
+    """A round is queued with one host sync at its end (Timer._run_queued): each iteration's events must
+    still enclose only its replay, not its input writes and flush, nor the iterations queued before it."""
+    module = _module(lambda: [torch.randn(4096, 16384)])  # 256 MB regenerated per iteration
+    timer = Timer(_Sleep(), module, CUDA, TimingSpec(enabled=True, iters=20), Trial(seed=1))
+    assert timer.mechanism == "cuda_graph"
+    alone = []
+    for _ in range(10):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        timer.graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        alone.append(start.elapsed_time(end) * 1000.0)
+    times, digests = timer.run([Trial(seed=s) for s in range(20)])
+    reference = sorted(alone)[5]
+    assert len(times) == len(digests) == 20
+    assert 0.5 * reference < sorted(times)[10] < 2 * reference, (times, alone)
+    assert max(times) < 3 * reference, (times, alone)
+
+
 def test_a_half_precision_digest_reads_the_output_as_it_is():
     """bfloat16 outputs are projected by one float32-accumulating product, with no float32 copy: the
     digest agrees with the float32 copy's to float32 rounding, and moves when one element does."""

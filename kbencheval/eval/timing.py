@@ -164,6 +164,8 @@ class Timer:
         The judge (reference) and the worker (candidate) run this same loop, digests included, so the
         harness can take the reference's wall-clock overhead as the candidate's. A digest is queued
         after the timed call and read once per round, so it adds no sync of its own."""
+        if self.graph is not None:
+            return self._run_queued(trials, digest_seed)
         times, digests = [], []
         cuda = self.device.type == "cuda"
         with torch.no_grad():
@@ -184,6 +186,26 @@ class Timer:
                     times.append((time.perf_counter() - clock) * 1e6)
                 digests.append(output_digest(out, digest_seed))
         return times, torch.stack(digests).tolist() if digests else []
+
+    def _run_queued(self, trials: list[Trial], digest_seed: int) -> tuple[list[float], list[list[float]]]:
+        """`run` for a captured graph: the whole round is queued on one stream and the host waits once,
+        at its end. Each iteration's events still enclose only its replay (stream order puts the input
+        writes and the flush before the start event), and the device does not idle waiting for the host
+        between iterations. With two host syncs per iteration, a 1 GB ReLU's iteration took 2.7 ms in
+        the rounds of eight Evaluators on an H100, for 1.95 ms of device work (docs/evaluator.md)."""
+        events, digests = [], []
+        with torch.no_grad():
+            for trial in trials:
+                self.fresh.load(trial)
+                self.flush.zero_()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                out = self._call()
+                end.record()
+                events.append((start, end))
+                digests.append(output_digest(out, digest_seed))
+        torch.cuda.synchronize(self.device)  # every stream, before reading any event
+        return [s.elapsed_time(e) * 1000.0 for s, e in events], torch.stack(digests).tolist() if digests else []
 
     def output_for(self, trial: Trial) -> list:
         """The model's outputs on `trial`'s inputs, computed as a timed iteration computes them (the graph
