@@ -60,6 +60,30 @@ def test_the_worker_starts_while_its_memory_reservation_waits(gpu_eval):
     assert memory["wait_s"] > 1.5 and memory["worker_started"] < memory["start"] - 1.5, memory
 
 
+def test_the_next_candidate_gets_a_worker_forked_before_it_was_known(gpu_eval):
+    """launch.py: after a candidate, its Evaluator forks the next one's worker (CUDA context, imports)."""
+    gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
+    spare = gpu_eval._spare
+    assert spare is not None
+    result = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
+    assert result.status == Status.CORRECT, result.error
+    memory = result.checks["device_gate"]["memory"]
+    assert memory["worker_forked"] == spare.forked < memory["worker_started"], memory
+
+
+def test_workers_and_judges_sleep_while_they_wait_for_the_device():
+    """forkserver._block_while_waiting: the primary context is made with blocking sync, not spinning."""
+    import subprocess
+    import sys
+
+    probe = ("from kbencheval.eval.forkserver import _block_while_waiting; _block_while_waiting('cuda:0'); "
+             "import ctypes, torch; torch.zeros(1, device='cuda:0'); cuda = ctypes.CDLL('libcuda.so.1'); "
+             "flags = ctypes.c_uint(); assert cuda.cuCtxGetFlags(ctypes.byref(flags)) == 0; print(flags.value)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.split()[-1]) & 0x04, out.stdout  # CU_CTX_SCHED_BLOCKING_SYNC
+
+
 def test_cuda_graph_mode():
     with Evaluator(EvalConfig(device="cuda", iters=20, timing_mode="cuda_graph")) as ev:
         result = ev.evaluate(RELU, "```python\n" + RELU.solution_source + "```")

@@ -53,6 +53,24 @@ def _job_env(job: dict, plan: dict) -> None:
     tempfile.tempdir = None  # computed again from TMPDIR
 
 
+def _block_while_waiting(device: str) -> None:
+    """Makes this process sleep, not spin, while it waits for the device. By default (one context per
+    process, fewer contexts than cores) CUDA spins in every host sync: with eight Evaluators, sixteen
+    workers and judges spun on sixteen cores while Triton compiled candidates' kernels and the harness
+    answered messages beside them. Set on the primary context before torch creates it; without
+    libcuda (ROCm) or on any driver error it stays as it was, which is only slower."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return
+    dev = ctypes.c_int()
+    CU_CTX_SCHED_BLOCKING_SYNC = 0x04
+    if cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), int(device.partition(":")[2] or 0)) == 0:
+        cuda.cuDevicePrimaryCtxSetFlags_v2(dev, ctypes.c_uint(CU_CTX_SCHED_BLOCKING_SYNC))
+
+
 def _child(job: dict, plan: dict, layers: list[str]) -> None:
     import time
 
@@ -84,6 +102,7 @@ def _child(job: dict, plan: dict, layers: list[str]) -> None:
     if job["device"].startswith("cuda"):
         import torch
 
+        _block_while_waiting(job["device"])
         # CUDA must be up before Landlock and seccomp (it writes under /proc while it starts).
         torch.cuda.set_device(job["device"])
         torch.zeros(1, device=job["device"])
