@@ -40,5 +40,9 @@ def test_timing_stops_early_only_when_the_speedup_is_already_precise():
     assert not precise_enough(*_timed(steady + [1.3]), spec)  # an odd number of rounds: orders unbalanced
     noisy = [1.30, 1.36, 1.24, 1.33, 1.27, 1.35, 1.25, 1.30]  # rse ~1.2%: keeps timing
     assert not precise_enough(*_timed(noisy), spec)
+    # One outlying round moves neither the median speedup nor the robust spread (by the standard
+    # deviation the error would be 2.3%, and timing would go on), but two of eight do.
+    assert precise_enough(*_timed(steady[:7] + [1.55]), spec)
+    assert not precise_enough(*_timed(steady[:4] + [1.55, 1.05, 1.55, 1.05]), spec)
     assert not precise_enough(*_timed(steady), TimingSpec(iters=100, min_iters=40, target_rse=0.0))  # off
     assert not precise_enough(*_timed(steady), TimingSpec(iters=100, min_iters=100, target_rse=0.003))

@@ -32,7 +32,11 @@ def precise_enough(times: dict, rounds: list, spec) -> bool:
     """Stop timing before the next round? Only after `spec.min_iters` iterations and an even number of
     rounds (each order, reference first and candidate first, equally often), once the per-round
     speedups (median of the round's paired ratios) put the speedup's relative standard error within
-    `spec.target_rse`. A noisy kernel gets up to `spec.iters`; a steady one stops early."""
+    `spec.target_rse`. A noisy kernel gets up to `spec.iters`; a steady one stops early.
+
+    The spread is robust (1.4826 x the median absolute deviation, the standard deviation of normal
+    data), as the speedup itself is a median: one outlying round moves neither, so it does not keep an
+    otherwise steady candidate timing to `spec.iters`."""
     done = len(times["new_us"])
     if not spec.target_rse or done < min(spec.min_iters, spec.iters) or len(rounds) % 2 or len(rounds) < 4:
         return False
@@ -41,5 +45,7 @@ def precise_enough(times: dict, rounds: list, spec) -> bool:
         pairs = zip(times["ref_us"][start:start + r["iters"]], times["new_us"][start:start + r["iters"]])
         per_round.append(statistics.median(ref / new for ref, new in pairs))
         start += r["iters"]
-    rse = statistics.stdev(per_round) / (len(per_round) ** 0.5 * statistics.fmean(per_round))
+    center = statistics.median(per_round)
+    spread = 1.4826 * statistics.median(abs(x - center) for x in per_round)
+    rse = spread / (len(per_round) ** 0.5 * center)
     return rse <= spec.target_rse
