@@ -176,33 +176,6 @@ raise RuntimeError(f'others={others}')
     honest_is_correct(ev)
 
 
-def test_a_process_left_behind_cannot_stop_the_next_worker(ev):
-    """A candidate leaves a process that stops every process it can see, for longer than the next
-    candidate's timeout. It is killed before the next worker is forked, so the next one is not stopped."""
-    require_pid_namespace(ev)
-    result = ev.evaluate(RELU, attack("""
-import time
-parent = os.getpid()
-child = libc.fork()
-if child < 0:
-    raise RuntimeError(f'fork failed: errno {errno()}')
-if child == 0:
-    libc.setsid()
-    end = time.monotonic() + 60
-    while time.monotonic() < end:
-        for p in os.listdir('/proc'):
-            if p.isdigit() and int(p) not in (1, parent, os.getpid()):
-                kill(int(p), signal.SIGSTOP)
-        time.sleep(0.01)
-    os._exit(0)
-time.sleep(0.5)   # the process left behind is running now
-"""))
-    assert result.status == Status.CORRECT, result.error  # the fork worked: the process was left behind
-    clock = time.monotonic()
-    honest_is_correct(ev)
-    assert time.monotonic() - clock < 25  # not stopped until its timeout (30 s)
-
-
 def test_remount_root_read_write(ev, tmp_path):
     target = os.path.abspath(f"tf_remount_escape_{uuid.uuid4().hex}.txt")  # in the checkout
     result = ev.evaluate(RELU, attack(f"""
