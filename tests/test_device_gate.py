@@ -295,14 +295,7 @@ def test_what_an_idle_judge_keeps_counts_against_the_others_until_its_evaluator_
     c.start()
     assert started.wait(10)  # 8 standing + 10 fit
     windows = {"b": {}}
-
-    def hold_b():
-        with gate.reserve(10 * GB, 25 * GB, windows["b"], owner="b"):
-            pass
-
-    b = threading.Thread(target=hold_b)
-    b.start()
-    time.sleep(0.5)
+    b = _reserve_in_background(gate, 10 * GB, 25 * GB, windows["b"], owner="b")
     assert "start" not in windows["b"]  # 8 standing + 10 held + 10 > 25: b waits
     ledger = gate.reserved()
     assert len(ledger["queue"]) == 1 and ledger["queue"][0][2] == 10 * GB
@@ -331,15 +324,21 @@ def test_a_spare_worker_counts_as_standing_memory_until_its_candidate_reserves(t
     assert gate.reserved()["standing"] == {"a": [os.getpid(), 6 * GB]}
     windows = {"b": {}}
     with gate.reserve(5 * GB, 25 * GB, owner="c"):
-        def hold_b():
-            with gate.reserve(15 * GB, 25 * GB, windows["b"], owner="b"):
-                pass
-
-        b = threading.Thread(target=hold_b)
-        b.start()
-        time.sleep(0.5)
+        b = _reserve_in_background(gate, 15 * GB, 25 * GB, windows["b"], owner="b")
         assert "start" not in windows["b"]  # 5 held + 6 standing + 15 > 25
         with gate.reserve(5 * GB, 25 * GB, owner="a"):  # a's next candidate covers its standing now
             assert "a" not in gate.reserved()["standing"]
             b.join(10)  # 5 + 5 + 15 fit
             assert not b.is_alive() and windows["b"]["wait_s"] > 0.4
+
+
+def _reserve_in_background(gate, nbytes: int, capacity: int, window: dict, owner: str) -> threading.Thread:
+    """A reservation asked for (and given back at once) in a thread; returns it half a second later."""
+    def reserve():
+        with gate.reserve(nbytes, capacity, window, owner=owner):
+            pass
+
+    thread = threading.Thread(target=reserve)
+    thread.start()
+    time.sleep(0.5)
+    return thread
