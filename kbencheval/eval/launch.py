@@ -5,8 +5,8 @@ it needs nothing of the candidate. So each Evaluator forks the next candidate's 
 candidate is over (`Worker`, the spare): its start runs while the next candidate is checked, prepared
 by the judge and waits for device memory, and the candidate's job (`protocol.Assign`) goes to a worker
 that is already up. A spare is forked only after the previous worker and everything it left were
-killed (the fork server's sweep), so no candidate's process ever shares the device or a PID namespace
-with the worker of the next one: it cannot stall, signal or read it.
+killed (the fork server's sweep), so no earlier candidate's process is alive beside it in its PID
+namespace (the judge's) to stall, signal or read it.
 """
 
 from __future__ import annotations
