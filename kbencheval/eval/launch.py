@@ -82,9 +82,13 @@ class Worker:
     def alive(self) -> bool:
         return not self.conn.closed_by_peer()
 
-    def kill(self) -> None:
+    def stop(self) -> None:
         kill_group(self.pid)
-        wait_gone(self.pid)
+        wait_gone(self.pid)  # its orphans are re-parented to the fork server only once it is dead
+
+    def kill(self) -> None:
+        """Stops it and removes its folder: a spare that never ran a candidate left nothing else."""
+        self.stop()
         shutil.rmtree(self.job_dir, ignore_errors=True)
 
 
@@ -128,11 +132,12 @@ class Launch:
         self.ended = True
         if self.worker is None:
             return
-        self.worker.kill()  # its orphans are re-parented to the fork server only once it is dead
+        self.worker.stop()
         try:
             self.ev._server.call(op="sweep", keep=[self.ev._judge_pid] if self.ev._judge_pid else [])
         except HarnessError:
             pass  # the fork server died: _ensure_server starts a new one before the next candidate
+        shutil.rmtree(self.worker.job_dir, ignore_errors=True)  # after the sweep: nothing writes there now
 
     def __enter__(self) -> "Launch":
         return self
