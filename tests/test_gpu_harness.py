@@ -23,11 +23,46 @@ def test_solution_is_correct_and_timed(gpu_eval):
     assert ran["source"] == "graph" and ran["kernels"] == {"relu_kernel": 1}, ran
 
 
+def test_the_candidates_kernels_compile_before_its_first_trial(gpu_eval):
+    """worker.precompile: ModelNew called once on meta tensors compiles relu_kernel before Ready, so the
+    trials compile nothing; the timed kernel is still the candidate's own."""
+    result = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
+    assert result.status == Status.CORRECT, result.error
+    assert result.checks["precompile"]["outcome"] == "ran" and result.checks["precompile"]["kernels"] == 1
+    assert result.checks.get("compiles_aside", {}).get("count", 0) == 0, result.checks.get("compiles_aside")
+    assert result.checks["device_kernels"]["kernels"] == {"relu_kernel": 1}
+
+
+AUTOTUNED = RELU.solution_source.replace("@triton.jit\n", """@triton.autotune(configs=[triton.Config({"BLOCK": 1024}),
+                               triton.Config({"BLOCK": 2048}), triton.Config({"BLOCK": 4096})], key=["n_elements"])
+@triton.jit
+""").replace("        block = 4096\n", "").replace(
+    "relu_kernel[(triton.cdiv(n, block),)](x, y, n, BLOCK=block)",
+    "relu_kernel[lambda meta: (triton.cdiv(n, meta['BLOCK']),)](x, y, n)")
+
+
+def test_an_autotuned_kernel_compiles_every_config_before_its_first_trial_and_tunes_there(gpu_eval):
+    """Dry, the autotuner compiles its three configs and chooses none (a choice from launches that ran
+    nothing would stick); the first trial times them for real, without compiling."""
+    assert "autotune" in AUTOTUNED and "BLOCK=block" not in AUTOTUNED
+    result = gpu_eval.evaluate(RELU, "```python\n" + AUTOTUNED + "```")
+    assert result.status == Status.CORRECT, result.error
+    assert result.checks["precompile"] == {**result.checks["precompile"], "outcome": "ran", "kernels": 3}
+    assert result.checks.get("compiles_aside", {}).get("count", 0) == 0, result.checks.get("compiles_aside")
+
+
+# A forward that will not run on meta tensors: its kernel compiles in the first trial, as without precompile.
+REAL_TENSORS_ONLY = RELU.solution_source.replace(
+    "        x = x.contiguous()\n", "        assert not x.is_meta\n        x = x.contiguous()\n")
+
+
 def test_the_candidates_triton_compile_runs_with_the_device_let_go(gpu_eval):
     """relu_kernel compiles at the first trial's first launch (each worker has its own cache): the
     harness lets go of the trial's hold for it and takes the device again before the launch."""
-    result = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
+    assert REAL_TENSORS_ONLY != RELU.solution_source
+    result = gpu_eval.evaluate(RELU, "```python\n" + REAL_TENSORS_ONLY + "```")
     assert result.status == Status.CORRECT, result.error
+    assert result.checks["precompile"]["outcome"] == "stopped (AssertionError)", result.checks["precompile"]
     aside = result.checks["compiles_aside"]
     assert aside["count"] >= 1 and aside["device_let_go"] >= 1 and aside["seconds"] > 0, aside
     trials = result.checks["device_gate"]["trials"]

@@ -106,11 +106,31 @@ class CandidateWorker:
                 return self.fail(Status.REJECTED, violation)
             return self.fail(Status.COMPILE_ERROR, short_error(e, file))
         self.checks["phases_s"]["load_s"] = time.perf_counter() - clock
+        self.precompile(candidate.ModelNew)
         if violation := self.tripwires.process_violation():
             return self.fail(Status.REJECTED, violation)
         if self.device.type == "cuda":
             self.tracker.expected_stream = torch.cuda.current_stream()
         return True
+
+    def precompile(self, model_cls) -> None:
+        """Compiles the candidate's Triton kernels before its first trial, while its memory reservation
+        may still be waiting: ModelNew is built and called once on meta tensors (shapes and dtypes, no
+        device memory) with every Triton launch turned into its compile (`CompileAside.compiling_only`).
+        Nothing of it is judged. Whatever fails here (a forward that reads values, a kernel that does not
+        compile, one specialised otherwise on real memory) compiles in the first trial, as before."""
+        if self.device.type != "cuda":
+            return
+        clock, before = time.perf_counter(), self.compiles.count
+        meta = torch.device("meta")
+        try:
+            with self.compiles.compiling_only(), torch.no_grad():
+                build_model(model_cls, self.module, self.job.model_seeds, meta)(*make_inputs(self.module, 0, meta))
+            outcome = "ran"
+        except BaseException as e:  # noqa: BLE001 - candidate code; the first trial meets it again
+            outcome = f"stopped ({type(e).__name__})"
+        self.checks["precompile"] = {"outcome": outcome, "kernels": self.compiles.count - before,
+                                     "seconds": round(time.perf_counter() - clock, 3)}
 
     def checked_call(self, inputs: list) -> tuple[list, str | None]:
         """One forward under every run-time check; returns (outputs, violation or None)."""
@@ -300,6 +320,8 @@ class CompileAside:
         self.chan, self.device = chan, device
         self.in_phase = False
         self.compiling = False
+        self.dry = False  # compiling_only: launches compile and run nothing
+        self.count = 0  # compiles so far
 
     def install(self) -> None:
         """Wraps the Triton JIT's compile step; a Triton without it keeps compiles inside the phase."""
@@ -313,10 +335,46 @@ class CompileAside:
         aside = self
 
         def _do_compile(fn, *args, **kwargs):
+            aside.count += 1
             with aside.window():
                 return compile_kernel(fn, *args, **kwargs)
 
         JITFunction._do_compile = _do_compile
+        launch = JITFunction.run
+
+        def run(fn, *args, **kwargs):
+            if aside.dry:
+                kwargs["warmup"] = True  # Triton's own compile-without-launch
+            return launch(fn, *args, **kwargs)
+
+        JITFunction.run = run
+        try:
+            from triton.runtime.autotuner import Autotuner
+        except ImportError:
+            return
+        tune = Autotuner.run
+
+        def tune_or_compile(tuner, *args, **kwargs):
+            """Dry, an autotuned kernel compiles every config it would time, and chooses none: timings of
+            launches that ran nothing must not become its cached choice."""
+            if not aside.dry:
+                return tune(tuner, *args, **kwargs)
+            tuner.nargs = dict(zip(tuner.arg_names, args))
+            try:
+                for config in tuner.prune_configs(kwargs) if len(tuner.configs) > 1 else tuner.configs:
+                    tuner.fn.run(*args, **kwargs, **config.all_kwargs())
+            finally:
+                tuner.nargs = None
+
+        Autotuner.run = tune_or_compile
+
+    @contextlib.contextmanager
+    def compiling_only(self):
+        self.dry = True
+        try:
+            yield
+        finally:
+            self.dry = False
 
     @contextlib.contextmanager
     def window(self):
