@@ -287,7 +287,10 @@ if found:
 def test_harness_survives_its_processes_dying():
     with kernel_sandbox_evaluator() as ev:
         honest_is_correct(ev)
-        os.kill(ev._judge_init, signal.SIGKILL)  # the judge dies between candidates
+        spare = ev._spare.pid
+        os.kill(spare, signal.SIGKILL)  # the next candidate's worker dies before its candidate comes
+        assert honest_is_correct(ev) and ev._spare.pid != spare
+        os.kill(ev._judge_init, signal.SIGKILL)  # the judge dies between candidates (and the spare with it)
         assert honest_is_correct(ev).checks["harness_restarts"]["judge"] == 1
         os.kill(ev._server.proc.pid, signal.SIGKILL)  # the fork server, and the judge with it
         time.sleep(0.2)
