@@ -101,11 +101,21 @@ class Launch:
         self.ev, self.job, self.code, self.tolerance = ev, job, code, tolerance
         self.worker = spare
         self.started: float | None = None  # when the job was sent
-        self.forked: float | None = None  # when its process was forked (before `started` for a spare)
-        self.pid: int | None = None
-        self.conn: Conn | None = None
         self.error: Exception | None = None
         self.ended = False
+
+    @property
+    def forked(self) -> float | None:
+        """When its process was forked (before `started` for a spare)."""
+        return self.worker.forked if self.worker else None
+
+    @property
+    def pid(self) -> int | None:
+        return self.worker.pid if self.worker else None
+
+    @property
+    def conn(self) -> Conn | None:
+        return self.worker.conn if self.worker else None
 
     def start(self) -> None:
         self.started = time.monotonic()
@@ -115,7 +125,6 @@ class Launch:
                 self.worker = None
             if self.worker is None:
                 self.worker = Worker(self.ev, self.ev._next_job())
-            self.forked, self.pid, self.conn = self.worker.forked, self.worker.pid, self.worker.conn
             self.job.job_dir = self.worker.job_dir
             self.job.candidate_file = str(Path(self.job.job_dir) / "candidate.py")
             Path(self.job.candidate_file).write_text(self.code)
