@@ -116,6 +116,36 @@ def test_a_worker_started_while_its_reservation_waits_counts_against_the_others(
     assert gate.reserved() == {"held": {}, "queue": [], "standing": {}}
 
 
+def test_a_request_joins_the_line_only_once_its_worker_is_ready(tmp_path, monkeypatch):
+    """The harness registers a candidate's request, gives its worker the job, and polls `ready` (the
+    worker has loaded and compiled): until then the request is not admitted, even with room to spare,
+    and it keeps no one behind it waiting, however long it takes (no bypass limit applies to it). Once
+    ready, it takes its place in line, behind those already in it."""
+    monkeypatch.setattr(gate_module, "BYPASS_S", 0.05)  # a large request first in line would soon block all
+    gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
+    windows, flag = {}, threading.Event()
+
+    def compiling():
+        windows["compiling"] = {}
+        with gate.reserve(60 * GB, 72 * GB, windows["compiling"], early_bytes=4 * GB, ready=flag.is_set):
+            time.sleep(0.05)
+
+    first = threading.Thread(target=compiling)
+    first.start()
+    time.sleep(0.1)  # registered first, and past the bypass limit
+    later = _reserve_in_thread(gate, windows, "later", 60 * GB, 72 * GB, 0.4)
+    ahead = _reserve_in_thread(gate, windows, "ahead", 60 * GB, 72 * GB, 0.05, delay=0.05)
+    time.sleep(0.15)
+    assert "start" not in windows["compiling"]  # room at first, but its worker is not ready
+    assert windows["later"]["wait_s"] < 0.1  # registered after it, admitted without waiting for it
+    flag.set()  # ready now, after `ahead` joined the line
+    for t in (first, later, ahead):
+        t.join(10)
+    assert windows["compiling"]["ready_after_s"] >= 0.25
+    assert windows["later"]["end"] <= windows["ahead"]["start"] <= windows["compiling"]["start"]
+    assert gate.reserved() == {"held": {}, "queue": [], "standing": {}}
+
+
 def test_a_candidate_larger_than_the_device_runs_alone_and_a_dead_holder_frees_its_memory(tmp_path):
     gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
     windows = {}

@@ -29,8 +29,25 @@ def test_the_candidates_kernels_compile_before_its_first_trial(gpu_eval):
     result = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
     assert result.status == Status.CORRECT, result.error
     assert result.checks["precompile"]["outcome"] == "ran" and result.checks["precompile"]["kernels"] == 1
+    assert result.checks["precompile"]["loading_s"] > 0  # its launcher and module, before the trials too
     assert result.checks.get("compiles_aside", {}).get("count", 0) == 0, result.checks.get("compiles_aside")
     assert result.checks["device_kernels"]["kernels"] == {"relu_kernel": 1}
+
+
+# Loading this candidate takes seconds of CPU (its import), as a slow compile would.
+SLOW_TO_LOAD = RELU.solution_source.replace(
+    "class ModelNew", "_table = sum(i * i for i in range(30_000_000))\n\n\nclass ModelNew", 1)
+
+
+def test_a_candidates_memory_is_reserved_only_once_it_is_loaded_and_compiled(gpu_eval):
+    """Its worker gets the job when the reservation is registered, and the reservation joins the line
+    once the worker is Ready: the seconds of import and compile hold no device memory."""
+    assert SLOW_TO_LOAD != RELU.solution_source
+    result = gpu_eval.evaluate(RELU, "```python\n" + SLOW_TO_LOAD + "```")
+    assert result.status == Status.CORRECT, result.error
+    memory, load_s = result.checks["device_gate"]["memory"], result.checks["phases_s"]["load_s"]
+    assert load_s > 1.0, result.checks["phases_s"]
+    assert memory["ready_after_s"] > load_s and memory["start"] - memory["worker_started"] > load_s, memory
 
 
 AUTOTUNED = RELU.solution_source.replace("@triton.jit\n", """@triton.autotune(configs=[triton.Config({"BLOCK": 1024}),
@@ -93,6 +110,7 @@ def test_the_worker_starts_while_its_memory_reservation_waits(gpu_eval):
     assert result.status == Status.CORRECT, result.error
     memory = result.checks["device_gate"]["memory"]
     assert memory["wait_s"] > 1.5 and memory["worker_started"] < memory["start"] - 1.5, memory
+    assert memory["ready_after_s"] < memory["wait_s"] - 1.5, memory  # ready, then it waited in line
 
 
 def test_the_next_candidate_gets_a_worker_forked_before_it_was_known(gpu_eval):

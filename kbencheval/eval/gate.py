@@ -97,7 +97,7 @@ class DeviceGate:
 
     @contextlib.contextmanager
     def reserve(self, nbytes: int, capacity: int, waited: dict | None = None, owner: str = "",
-                early_bytes: int = 0, on_queued=None):
+                early_bytes: int = 0, on_queued=None, ready=None):
         """Held for a candidate's whole evaluation: `nbytes` of device memory, admitted once every
         reservation on the device, and what idle judges keep (`standing`), fits `capacity` (a lone
         request is admitted whatever its size). Requests are served in order, except that a later one
@@ -109,19 +109,30 @@ class DeviceGate:
         candidates, and inside its own reservation, which covers the judge, not at all. Yields a
         `Reservation`: set its `standing_after` to what the judge keeps once the candidate is done.
 
-        `on_queued` runs once the request is in line, before the wait: the harness starts the candidate's
-        worker there, so its start overlaps the wait. What that worker holds meanwhile, `early_bytes`
-        (its CUDA context and weights), counts against every other request until this one is admitted."""
+        `on_queued` runs once the request is registered: the harness gives the candidate's worker its job
+        there. What that worker holds meanwhile, `early_bytes` (its CUDA context and weights), counts
+        against every other request until this one is admitted. With `ready` (polled), the request joins
+        the line only once `ready()` is true: the worker has loaded and compiled its candidate, seconds of
+        CPU work that would otherwise hold the memory. Until then it neither waits first in line nor keeps
+        later requests from passing it."""
         t0 = time.monotonic()
         ticket = f"{os.getpid()}-{threading.get_ident()}-{next(_TICKETS)}"
         owner = owner or ticket
         self._update(lambda ledger: ledger["queue"].append([ticket, os.getpid(), int(nbytes), time.time(),
-                                                            int(early_bytes)]))
+                                                            int(early_bytes), ready is None]))
         reservation = Reservation()
         try:
             if on_queued is not None:
                 on_queued()
-            while not self._update(lambda ledger: _admit(ledger, ticket, capacity, owner)):
+            in_line = ready is None
+            while True:
+                if not in_line and ready():
+                    in_line = True
+                    self._update(lambda ledger: _join_line(ledger, ticket))
+                    if waited is not None:
+                        waited["ready_after_s"] = round(time.monotonic() - t0, 4)
+                if in_line and self._update(lambda ledger: _admit(ledger, ticket, capacity, owner)):
+                    break
                 time.sleep(RESERVE_POLL_S)
             with _recorded(waited, t0):
                 yield reservation
@@ -138,7 +149,7 @@ class DeviceGate:
         self._update(lambda ledger: ledger["standing"].pop(owner, None))
 
     def reserved(self) -> dict:
-        """{"held": {ticket: [pid, bytes]}, "queue": [[ticket, pid, bytes, enqueued, early_bytes], ...],
+        """{"held": {ticket: [pid, bytes]}, "queue": [[ticket, pid, bytes, in line since, early_bytes, in line], ...],
         "standing": {owner: [pid, bytes]}}, live ones only."""
         return self._update(lambda ledger: {"held": dict(ledger["held"]), "queue": list(ledger["queue"]),
                                             "standing": dict(ledger["standing"])})
@@ -186,23 +197,37 @@ class Reservation:
     """Bytes the owner's judge keeps once the reservation ends (its cached outputs and timer)."""
 
 
+def _in_line(entry: list) -> bool:
+    return len(entry) < 6 or entry[5]  # entries of an older ledger have no readiness: in line
+
+
+def _join_line(ledger: dict, ticket: str) -> None:
+    """`ticket`'s worker is ready: it takes its place in line now (see DeviceGate.reserve)."""
+    for entry in ledger["queue"]:
+        if entry[0] == ticket:
+            entry[3], entry[5] = time.time(), True
+
+
 def _admit(ledger: dict, ticket: str, capacity: int, owner: str) -> bool:
     """Moves `ticket` from the queue to the holders if it may start now (see DeviceGate.reserve)."""
     used = sum(nbytes for _, nbytes in ledger["held"].values())
     used += sum(nbytes for o, (_, nbytes) in ledger["standing"].items() if o != owner)
     used += sum(entry[4] for entry in ledger["queue"] if entry[0] != ticket and len(entry) > 4)  # started early
-    for position, (t, pid, nbytes, *_) in enumerate(ledger["queue"]):
+    if not any(entry[0] == ticket for entry in ledger["queue"]):
+        raise RuntimeError(f"device memory reservation {ticket} vanished from the ledger")
+    line = sorted((entry for entry in ledger["queue"] if _in_line(entry)), key=lambda entry: entry[3])
+    for position, (t, pid, nbytes, *_) in enumerate(line):
         if t != ticket:
             continue
-        first_waited = time.time() - ledger["queue"][0][3]
+        first_waited = time.time() - line[0][3]
         fits = used + nbytes <= capacity or not ledger["held"]
         if fits and (position == 0 or (first_waited < BYPASS_S and ledger["held"])):
-            ledger["queue"].pop(position)
+            ledger["queue"].remove(line[position])
             ledger["held"][ticket] = [pid, nbytes]
             ledger["standing"].pop(owner, None)  # inside the reservation now
             return True
         return False
-    raise RuntimeError(f"device memory reservation {ticket} vanished from the ledger")
+    return False  # not in line yet
 
 
 def _drop(ledger: dict, ticket: str, owner: str = "", standing: int = 0) -> None:

@@ -262,9 +262,10 @@ class Evaluator:
             with launch:
                 return self._run_candidate(launch, seeds, trials, checks)
         # The candidate runs once its device memory fits beside the others' on this GPU (gate.reserve). Its
-        # worker starts as soon as it is in line (fork, CUDA context, import: over a second on the H100),
-        # and what it holds meanwhile counts against the others: waiting workers' contexts, counted
-        # nowhere, once ran an H100 out of memory beside eight idle judges (2026-11-25).
+        # worker gets its job first, and joins the line for memory only once it has loaded the candidate
+        # and compiled its kernels (Ready): seconds of CPU that held the memory before. What it holds
+        # meanwhile counts against the others: waiting workers' contexts, counted nowhere, once ran an
+        # H100 out of memory beside eight idle judges (2026-11-25).
         problem_key = hash((problem.source, json.dumps(sizes, sort_keys=True)))
         need = device_bytes_needed(prep, cfg, copies_inputs=problem_key in self._copies_inputs)
         capacity = int(DEVICE_MEMORY_FRACTION * prep.get("device_total_bytes", need))
@@ -272,7 +273,8 @@ class Evaluator:
         # A spare's context is counted already, in this Evaluator's standing memory (_fork_spare).
         early = (0 if launch.worker is not None else CUDA_CONTEXT_BYTES) + prep.get("model_bytes", 0)
         with launch, self.gate.reserve(need, capacity, gate_window(checks, "memory"), owner=self._owner,
-                                       early_bytes=early, on_queued=launch.start) as reservation:
+                                       early_bytes=early, on_queued=launch.start,
+                                       ready=launch.reported) as reservation:
             gate_window(checks, "memory").update(worker_started=launch.started, worker_forked=launch.forked)
             try:
                 return self._run_candidate(launch, seeds, trials, checks)
@@ -311,15 +313,17 @@ class Evaluator:
         return Launch(self, job, code, tolerance, spare)
 
     def _run_candidate(self, launch: Launch, seeds: RunSeeds, trials: list, checks: dict) -> EvalResult:
-        """Runs the candidate's session; its worker was started while it waited for device memory, or
-        starts now. From here it has cfg.timeout_s: the wait for memory is not the candidate's time."""
+        """Runs the candidate's session; its worker was given its job before its memory reservation, or
+        starts now. Its start (load, compile) had cfg.timeout_s, and from here it has cfg.timeout_s again:
+        the wait for memory is not the candidate's time."""
         cfg, job = self.cfg, launch.job
         try:
             if launch.started is None:
                 launch.start()
             if launch.error is not None:
                 raise launch.error
-            launch.conn.deadline = time.monotonic() + cfg.timeout_s
+            if time.monotonic() < launch.conn.deadline:  # a start that ran past its deadline times out now
+                launch.conn.deadline = time.monotonic() + cfg.timeout_s
             return Session(self, launch.conn, launch.pid, job, checks, launch.tolerance).run(trials, seeds,
                                                                                              launch.started)
         except TimeoutError:

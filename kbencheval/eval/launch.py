@@ -11,6 +11,7 @@ namespace (the judge's) to stall, signal or read it.
 
 from __future__ import annotations
 
+import select
 import shutil
 import socket
 import tempfile
@@ -94,7 +95,7 @@ class Worker:
 
 class Launch:
     """A candidate's worker: the Evaluator's spare, or one forked now (`start`, when its memory reservation
-    is in line, or right away on the CPU), then given its job. An error while starting is kept for
+    is registered, or right away on the CPU), then given its job. An error while starting is kept for
     `_run_candidate` to turn into a verdict."""
 
     def __init__(self, ev, job: CandidateJob, code: str, tolerance: dict, spare: Worker | None):
@@ -133,6 +134,20 @@ class Launch:
         except (HarnessError, TimeoutError, OSError) as e:
             self.error = e if isinstance(e, (HarnessError, TimeoutError)) else \
                 HarnessError(f"the worker could not be given its candidate: {e}")
+
+    def reported(self) -> bool:
+        """Whether the worker is done loading and compiling its candidate: it has said something (Ready
+        or a failure; it sends nothing before), it is gone, it could not be started, or its start ran
+        past the candidate's timeout (`_run_candidate` then times it out). Polled while its memory
+        reservation waits; reads nothing."""
+        if self.started is None:
+            return False
+        if self.error is not None or self.worker is None or time.monotonic() > self.conn.deadline:
+            return True
+        try:
+            return bool(select.select([self.conn.sock], [], [], 0)[0])
+        except (OSError, ValueError):  # closed
+            return True
 
     def end(self) -> None:
         """Kills the worker and whatever it left, and removes its folder; once, whenever it ends."""

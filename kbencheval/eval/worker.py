@@ -116,12 +116,12 @@ class CandidateWorker:
     def precompile(self, model_cls) -> None:
         """Compiles the candidate's Triton kernels before its first trial, while its memory reservation
         may still be waiting: ModelNew is built and called once on meta tensors (shapes and dtypes, no
-        device memory) with every Triton launch turned into its compile (`CompileAside.compiling_only`).
+        device memory) with every Triton launch turned into its compile and load (`CompileAside.compiling_only`).
         Nothing of it is judged. Whatever fails here (a forward that reads values, a kernel that does not
         compile, one specialised otherwise on real memory) compiles in the first trial, as before."""
         if self.device.type != "cuda":
             return
-        clock, before = time.perf_counter(), self.compiles.count
+        clock, before, loading = time.perf_counter(), self.compiles.count, self.compiles.loading_s
         meta = torch.device("meta")
         try:
             with self.compiles.compiling_only(), torch.no_grad():
@@ -130,7 +130,8 @@ class CandidateWorker:
         except BaseException as e:  # noqa: BLE001 - candidate code; the first trial meets it again
             outcome = f"stopped ({type(e).__name__})"
         self.checks["precompile"] = {"outcome": outcome, "kernels": self.compiles.count - before,
-                                     "seconds": round(time.perf_counter() - clock, 3)}
+                                     "seconds": round(time.perf_counter() - clock, 3),
+                                     "loading_s": round(self.compiles.loading_s - loading, 4)}
 
     def checked_call(self, inputs: list) -> tuple[list, str | None]:
         """One forward under every run-time check; returns (outputs, violation or None)."""
@@ -322,6 +323,7 @@ class CompileAside:
         self.compiling = False
         self.dry = False  # compiling_only: launches compile and run nothing
         self.count = 0  # compiles so far
+        self.loading_s = 0.0  # of which, building launchers and loading modules (compiling_only)
 
     def install(self) -> None:
         """Wraps the Triton JIT's compile step; a Triton without it keeps compiles inside the phase."""
@@ -343,9 +345,12 @@ class CompileAside:
         launch = JITFunction.run
 
         def run(fn, *args, **kwargs):
-            if aside.dry:
-                kwargs["warmup"] = True  # Triton's own compile-without-launch
-            return launch(fn, *args, **kwargs)
+            if not aside.dry:
+                return launch(fn, *args, **kwargs)
+            kwargs["warmup"] = True  # Triton's own compile-without-launch
+            kernel = launch(fn, *args, **kwargs)
+            aside.load(kernel)
+            return kernel
 
         JITFunction.run = run
         try:
@@ -367,6 +372,17 @@ class CompileAside:
                 tuner.nargs = None
 
         Autotuner.run = tune_or_compile
+
+    def load(self, kernel) -> None:
+        """A compiled kernel's launcher (C that Triton builds with the system compiler, a fraction of a
+        second per new signature) and its module on the device: otherwise both happen at its first launch,
+        inside a trial. A kernel that cannot load (e.g. too much shared memory) raises there again."""
+        clock = time.perf_counter()
+        try:
+            kernel._init_handles()
+        except Exception:  # noqa: BLE001 - Triton keeps the error for the kernel's first launch
+            pass
+        self.loading_s += time.perf_counter() - clock
 
     @contextlib.contextmanager
     def compiling_only(self):
