@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 
@@ -353,3 +354,23 @@ def test_triton_cache_layers(tmp_path, monkeypatch):
     assert cache.get_file("k.cubin") == written  # the private layer wins for this candidate only
     assert (shared / "KEY" / "k.cubin").read_bytes() == b"trusted"
     assert LayeredCacheManager("OTHER").get_file("k.cubin") is None
+
+
+def test_the_fork_server_warms_tritons_compiler_without_touching_cuda(tmp_path):
+    """forkserver._preload with a compute capability: one compile-only kernel for that GPU, so forked
+    workers inherit a compiler that has compiled once. It must leave CUDA and Triton's driver
+    untouched (a parent that initialised CUDA forks children that cannot) and no cache behind."""
+    probe = f"""
+import os, sys
+from kbencheval.eval.forkserver import _preload
+_preload({{"compile_arch": 90, "scratch": {str(tmp_path)!r}}})
+import torch
+from triton.backends.nvidia.compiler import get_ptxas_version
+from triton.runtime import driver
+assert get_ptxas_version.cache_info().currsize == 1, get_ptxas_version.cache_info()  # ptxas ran for sm_90
+assert not torch.cuda.is_initialized() and driver._active is None
+assert os.listdir({str(tmp_path)!r}) == [], os.listdir({str(tmp_path)!r})
+print("warmed")
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "warmed" in out.stdout and "not warmed" not in out.stderr, out.stderr[-2000:]

@@ -25,12 +25,26 @@ from kbencheval.eval import sandbox
 from kbencheval.eval.sandbox._linux import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, prctl
 
 
-def _preload():
+def _preload(plan: dict):
     import torch  # noqa: F401
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
     import kbencheval.eval.worker  # noqa: F401
+
+    if plan.get("compile_arch"):  # Triton's first compile, paid once here instead of in every worker
+        import shutil
+        import tempfile
+
+        from kbencheval.eval.sandbox import tritoncache
+
+        folder = tempfile.mkdtemp(prefix="compile-warm-", dir=plan["scratch"])
+        try:
+            tritoncache.compile_only(int(plan["compile_arch"]), folder)
+        except Exception as e:  # noqa: BLE001 - an optimisation: workers then pay it, as before
+            print(f"fork server: Triton's compiler not warmed ({type(e).__name__}: {e})", file=sys.stderr)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _job_env(job: dict, plan: dict) -> None:
@@ -129,7 +143,7 @@ def main() -> None:
     plan = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {"mode": "none"}
     server = sandbox.ServerSandbox(plan)
     server.enter()  # while single-threaded, before torch starts any thread
-    _preload()
+    _preload(plan)
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     # A harness killed outright (e.g. ray.kill of an eval actor) must not leave this server behind.
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

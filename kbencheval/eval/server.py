@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from kbencheval.eval.config import EvalConfig
+from kbencheval.eval.gate import physical_device_key
 from kbencheval.eval.sandbox.env import sandbox_env
 from kbencheval.eval.session import tail
 
@@ -70,6 +71,20 @@ def bwrap_works(device_type: str = "cpu") -> bool:
     return bwrap_profile(device_type) is not None
 
 
+@functools.lru_cache
+def nvidia_arch(device: str) -> int | None:
+    """`cuda:N`'s compute capability as nvidia-smi reports it (90 for an H100), without initialising
+    CUDA in this process; None where there is no nvidia-smi (ROCm) or it does not know the device."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", physical_device_key(device).removeprefix("gpu-"),
+                              "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        major, minor = out.stdout.split()[0].split(".")
+        return int(major) * 10 + int(minor)
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
 class HarnessError(RuntimeError):
     """The harness itself cannot run (e.g. the fork server failed to start)."""
 
@@ -90,7 +105,8 @@ class _Server:
         # KBENCH_SHARED_TRITON_CACHE=0 turns the judge-built shared layer off (benchmarks/sandbox_overhead.py).
         share = os.environ.get("KBENCH_SHARED_TRITON_CACHE", "1") != "0"
         plan = {"mode": "none" if cfg.sandbox == "none" else "kernel", "scratch": str(scratch),
-                "shared_cache": str(shared_cache) if share else "", "hide": [str(Path(p).resolve()) for p in hide]}
+                "shared_cache": str(shared_cache) if share else "", "hide": [str(Path(p).resolve()) for p in hide],
+                "compile_arch": None if cfg.on_cpu else nvidia_arch(cfg.device_index)}
         cmd = [sys.executable, "-m", "kbencheval.eval.forkserver", json.dumps(plan)]
         self.protections = ["process-group", "timeout", "leftover-sweep", "env-allowlist",
                             "memory-rlimit" if cfg.on_cpu else "memory-watchdog"]

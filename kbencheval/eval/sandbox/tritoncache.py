@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 
+import triton
+import triton.language as tl
 from triton.runtime.cache import FileCacheManager
 
 SHARED_ENV = "KBENCH_TRITON_SHARED_CACHE"
@@ -45,18 +47,38 @@ class LayeredCacheManager(FileCacheManager):
         return group
 
 
+@triton.jit
+def _copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
 def warm(device: str) -> None:
     """Compile and run one small kernel, so the shared cache holds Triton's helpers and a launcher."""
     import torch
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def _copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
 
     x = torch.ones(1024, device=device)
     y = torch.empty_like(x)
     _copy[(1,)](x, y, x.numel(), BLOCK=1024)
     torch.cuda.synchronize(device)
+
+
+def compile_only(arch: int, folder: str) -> None:
+    """Compiles `_copy` for an NVIDIA GPU of compute capability `arch` (e.g. 90) into `folder`, without
+    CUDA: nothing here touches the driver, so a process that did this can still fork children that
+    initialise CUDA. Triton's first compile in a process costs most of a second beyond the kernel's own
+    (its compiler's imports, LLVM's setup, ptxas's version); forked children inherit all of it."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import ASTSource
+
+    before = os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = folder  # a cache of its own: a hit would skip the compile
+    try:
+        source = ASTSource(_copy, {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                           constexprs={"BLOCK": 1024})
+        triton.compile(source, target=GPUTarget("cuda", arch, 32))
+    finally:
+        if before is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = before
