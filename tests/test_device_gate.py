@@ -255,6 +255,46 @@ def test_a_device_out_of_memory_error_is_retried_with_the_device_alone():
     assert broken.status.value == "runtime_error" and "device_oom_retry" not in broken.checks  # no retry
 
 
+def test_a_reference_that_ran_out_of_memory_is_prepared_again_once_every_reservation_has_ended(monkeypatch):
+    """A judge prepares before its candidate's reservation (whose size it tells), counted nowhere: eight
+    judges starting a pass at once filled an H100, and an honest candidate got `the reference itself
+    failed`. Its prepare runs again once no reservation is held, and the candidate is judged as usual."""
+    from kbencheval.dataset import load_bundled
+    from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.eval.protocol import Prepare
+
+    relu = next(p for p in load_bundled(1) if p.problem_id == 1)
+    other, released = DeviceGate("cpu"), []
+
+    def hold_memory(admitted: threading.Event) -> None:  # another Evaluator's candidate, running for a while
+        with other.reserve(1 << 30, 8 << 30):
+            admitted.set()
+            time.sleep(1.5)
+            released.append(time.monotonic())
+
+    with Evaluator(EvalConfig(device="cpu", trials=1, stress_trials=False, timeout_s=60)) as ev:
+        real_call, prepares = ev._judge_call, []
+
+        def judge_call(msg):
+            if isinstance(msg, Prepare):
+                prepares.append(time.monotonic())
+                if len(prepares) == 1:  # what the judge replies when the device is full
+                    return {"ok": False, "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB"}
+            return real_call(msg)
+
+        monkeypatch.setattr(ev, "_judge_call", judge_call)
+        admitted = threading.Event()
+        holder = threading.Thread(target=hold_memory, args=(admitted,))
+        holder.start()
+        assert admitted.wait(30)
+        result = ev.evaluate(relu, "```python\n" + relu.solution_source + "```")
+        holder.join(30)
+    assert result.correct, result.error
+    assert "prepare_oom_retry" in result.checks and len(prepares) == 2
+    assert released and prepares[1] >= released[0]  # not beside the other's memory
+    assert result.checks["device_gate"]["prepare_alone"]["wait_s"] > 0.5
+
+
 def _wait_for_an_exclusive_waiter(gate: DeviceGate, timeout_s: float = 120.0) -> None:
     """Until someone holds the gate's turnstile for a while: an exclusive holder keeps it while it waits
     (a shared one takes it only for an instant)."""

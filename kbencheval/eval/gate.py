@@ -110,7 +110,7 @@ class DeviceGate:
         `Reservation`: set its `standing_after` to what the judge keeps once the candidate is done.
 
         `on_queued` runs once the request is registered: the harness gives the candidate's worker its job
-        there. What that worker holds meanwhile, `early_bytes` (its CUDA context and weights), counts
+        there. What that worker holds meanwhile, `early_bytes` (a CUDA context), counts
         against every other request until this one is admitted. With `ready` (polled), the request joins
         the line only once `ready()` is true: the worker has loaded and compiled its candidate, seconds of
         CPU work that would otherwise hold the memory. Until then it neither waits first in line nor keeps

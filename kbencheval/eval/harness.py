@@ -250,6 +250,8 @@ class Evaluator:
             except HarnessError:  # the judge died since the last candidate: once more with a fresh one
                 self._ensure_server()
                 prep = self._judge_call(prepare)
+        if not prep.get("ok") and not self._alone and _OUT_OF_MEMORY.search(prep.get("error") or ""):
+            prep = self._prepare_alone(prepare, checks)
         self._device_name = prep.get("device_name", self._device_name)
         if not prep.get("ok"):
             return EvalResult(Status.RUNTIME_ERROR, error=f"the reference itself failed: {prep.get('error')}",
@@ -270,8 +272,9 @@ class Evaluator:
         need = device_bytes_needed(prep, cfg, copies_inputs=problem_key in self._copies_inputs)
         capacity = int(DEVICE_MEMORY_FRACTION * prep.get("device_total_bytes", need))
         checks["device_memory_gb"] = {"reserved": round(need / 2**30, 2), "capacity": round(capacity / 2**30, 2)}
-        # A spare's context is counted already, in this Evaluator's standing memory (_fork_spare).
-        early = (0 if launch.worker is not None else CUDA_CONTEXT_BYTES) + prep.get("model_bytes", 0)
+        # A spare's context is counted already, in this Evaluator's standing memory (_fork_spare). The worker
+        # builds ModelNew only once admitted (worker.build): its weights are not held while it waits.
+        early = 0 if launch.worker is not None else CUDA_CONTEXT_BYTES
         with launch, self.gate.reserve(need, capacity, gate_window(checks, "memory"), owner=self._owner,
                                        early_bytes=early, on_queued=launch.start,
                                        ready=launch.reported) as reservation:
@@ -287,6 +290,19 @@ class Evaluator:
                 # from now on: eight idle judges' timers and outputs, counted nowhere, left a new
                 # worker's CUDA context no room on the H100 (2026-11-25).
                 reservation.standing_after = self._judge_kept + CUDA_CONTEXT_BYTES  # and the spare to come
+
+    def _prepare_alone(self, prepare: Prepare, checks: dict) -> dict:
+        """The judge's prepare once more, after it ran out of device memory: with every other reservation
+        on the device ended, none admitted meanwhile, and no other work on the device. A prepare runs
+        before its candidate's reservation (whose size it tells), so it is counted nowhere: at the start of
+        a pass eight judges preparing at once filled an H100 (2026-11-26), and the Evaluator's own retry,
+        with the device to itself but the others' memory still held, failed the same way."""
+        with self.gate.reserve(_WHOLE_DEVICE, _WHOLE_DEVICE, gate_window(checks, "prepare_alone"),
+                               owner=self._owner) as reservation, self.gate.exclusive(gate_window(checks, "prepare")):
+            prep = self._judge_call(prepare)
+            reservation.standing_after = self._judge_kept + (CUDA_CONTEXT_BYTES if self._spare is not None else 0)
+        checks["prepare_oom_retry"] = "the reference ran out of device memory beside other work; prepared again alone"
+        return prep
 
     def _release_judge(self) -> None:
         try:
@@ -364,10 +380,14 @@ def device_bytes_needed(prep: dict, cfg: EvalConfig, copies_inputs: bool = False
     return int(2 * per_side + outputs + judge)
 
 
+_OUT_OF_MEMORY = re.compile(r"(CUDA|HIP)( error:)? out of memory")
+_WHOLE_DEVICE = 1 << 60  # a reservation that is admitted only alone (gate._admit) and keeps every other one out
+
+
 def _device_out_of_memory(result: EvalResult) -> bool:
     """A runtime error from torch's CUDA allocator or the driver ("CUDA error: out of memory", e.g. a
     context created on a full device), the candidate's or the judge's; not the host's."""
-    return result.status == Status.RUNTIME_ERROR and re.search(r"(CUDA|HIP)( error:)? out of memory", result.error or "") is not None
+    return result.status == Status.RUNTIME_ERROR and _OUT_OF_MEMORY.search(result.error or "") is not None
 
 
 def _versions() -> dict:

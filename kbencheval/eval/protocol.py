@@ -132,7 +132,8 @@ class Assign:
 
 @dataclasses.dataclass(kw_only=True)
 class Ready:
-    """ModelNew was imported and constructed; `checks` carries the worker's own findings (tripwires)."""
+    """The candidate was imported and its kernels compiled; ModelNew is built on the device at the first
+    request, once the memory reservation was admitted. `checks`: the worker's own findings (tripwires)."""
 
     checks: dict = dataclasses.field(default_factory=dict)
     type: str = "ready"

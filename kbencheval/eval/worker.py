@@ -43,6 +43,7 @@ class CandidateWorker:
         self.compiles.install()
         self.checks: dict = {"phases_s": {}}
         self.model = None
+        self.model_cls = None
         self.timer = None
         self.profiler_warm = False
         self.exports = 0  # names each exported output file uniquely
@@ -82,7 +83,7 @@ class CandidateWorker:
                 raise ProtocolError(f"unknown phase {request.phase!r}")
             self.compiles.in_phase = True
             try:
-                if not handlers[request.phase](request):
+                if not (self.build() and handlers[request.phase](request)):
                     return
             finally:
                 self.compiles.in_phase = False
@@ -92,7 +93,9 @@ class CandidateWorker:
         return False
 
     def load(self) -> bool:
-        """Import and construct: failures here are compile errors."""
+        """Import and compile; ModelNew is built on the device later (`build`). Failures are compile errors.
+        Nothing here takes device memory beyond compiled kernels, so the harness may start it while the
+        device is full, its reservation not yet admitted."""
         clock = time.perf_counter()
         file = self.job.candidate_file
         try:
@@ -100,17 +103,33 @@ class CandidateWorker:
             candidate = importlib.util.module_from_spec(spec)
             sys.modules["candidate_module"] = candidate
             spec.loader.exec_module(candidate)
-            self.model = build_model(candidate.ModelNew, self.module, self.job.model_seeds, self.device)
+            self.model_cls = candidate.ModelNew
         except BaseException as e:  # candidate code can raise anything, SystemExit included
             if violation := self.tripwires.process_violation():  # e.g. a denied import or socket
                 return self.fail(Status.REJECTED, violation)
             return self.fail(Status.COMPILE_ERROR, short_error(e, file))
         self.checks["phases_s"]["load_s"] = time.perf_counter() - clock
-        self.precompile(candidate.ModelNew)
+        self.precompile(self.model_cls)
         if violation := self.tripwires.process_violation():
             return self.fail(Status.REJECTED, violation)
         if self.device.type == "cuda":
             self.tracker.expected_stream = torch.cuda.current_stream()
+        return True
+
+    def build(self) -> bool:
+        """ModelNew on the device, once, at the first request: after the memory reservation was admitted."""
+        if self.model is not None:
+            return True
+        clock = time.perf_counter()
+        try:
+            self.model = build_model(self.model_cls, self.module, self.job.model_seeds, self.device)
+        except BaseException as e:  # noqa: BLE001 - its constructor is candidate code
+            if violation := self.tripwires.process_violation():
+                return self.fail(Status.REJECTED, violation)
+            return self.fail(Status.COMPILE_ERROR, short_error(e, self.job.candidate_file))
+        if violation := self.tripwires.process_violation():
+            return self.fail(Status.REJECTED, violation)
+        self.checks["phases_s"]["build_s"] = time.perf_counter() - clock
         return True
 
     def precompile(self, model_cls) -> None:
