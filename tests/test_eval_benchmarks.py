@@ -23,3 +23,15 @@ def test_gpu_samples_are_attributed_to_the_gate_window_they_fall_in():
     busy = {window: round(v[1], 2) for window, v in table.items()}
     assert wall == {"trials": 1.0, "outside": 1.5, "timing": 0.5, "between candidates": 0.5}
     assert busy == {"trials": 0.2, "outside": 0.3, "timing": 0.5, "between candidates": 0.1}
+
+
+def test_gate_timeline_splits_a_pass_into_timing_shared_work_and_drains():
+    """Two candidates: B checks over [0, 4] while A's timer waits from 1 to 3 and times over [3, 5]: of the
+    timer's 2 s wait all is drain (no exclusive hold ran), filled by B's trials; 0.5 s nothing was held."""
+    import gate_timeline
+
+    a = {"monotonic_span": [0.0, 5.5], "gate_s": {"timing": {"wait_s": 2.0, "holds": [[3.0, 5.0]]}}}
+    b = {"monotonic_span": [0.0, 4.0], "gate_s": {"trials": {"holds": [[0.0, 1.5], [1.5, 3.0]]}}}
+    s = gate_timeline.pass_summary([a, b])
+    assert (s["span_s"], s["exclusive_s"], s["shared_only_s"], s["nothing_held_s"]) == (5.5, 2.0, 3.0, 0.5)
+    assert (s["timers_waiting_s"], s["draining_s"], s["hold_s_in_drains"]["trials"]) == (2.0, 2.0, 2.0)
