@@ -299,8 +299,10 @@ class Evaluator:
         with the device to itself but the others' memory still held, failed the same way."""
         with self.gate.reserve(_WHOLE_DEVICE, _WHOLE_DEVICE, gate_window(checks, "prepare_alone"),
                                owner=self._owner) as reservation, self.gate.exclusive(gate_window(checks, "prepare")):
+            spare = CUDA_CONTEXT_BYTES if self._spare is not None else 0
+            reservation.standing_after = self._judge_kept + spare  # what stands again after it, even if the call fails
             prep = self._judge_call(prepare)
-            reservation.standing_after = self._judge_kept + (CUDA_CONTEXT_BYTES if self._spare is not None else 0)
+            reservation.standing_after = self._judge_kept + spare
         checks["prepare_oom_retry"] = "the reference ran out of device memory beside other work; prepared again alone"
         return prep
 
