@@ -43,7 +43,6 @@ class CandidateWorker:
         self.compiles.install()
         self.checks: dict = {"phases_s": {}}
         self.model = None
-        self.model_cls = None
         self.timer = None
         self.profiler_warm = False
         self.exports = 0  # names each exported output file uniquely
@@ -93,9 +92,7 @@ class CandidateWorker:
         return False
 
     def load(self) -> bool:
-        """Import and compile; ModelNew is built on the device later (`build`). Failures are compile errors.
-        Nothing here takes device memory beyond compiled kernels, so the harness may start it while the
-        device is full, its reservation not yet admitted."""
+        """Import and compile, no device memory but kernels (ModelNew is built later: `build`); failures are compile errors."""
         clock = time.perf_counter()
         file = self.job.candidate_file
         try:
