@@ -124,7 +124,7 @@ class RecordingChannel:
 
 
 def test_the_worker_tells_the_harness_around_each_compile_and_waits_to_resume():
-    from kbencheval.eval.worker import CompileAside
+    from kbencheval.eval.compile_aside import CompileAside
 
     chan = RecordingChannel()
     aside = CompileAside(chan, torch.device("cpu"))
@@ -148,7 +148,7 @@ def test_the_worker_wraps_tritons_compile_step(monkeypatch):
     """Triton 3.x compiles in JITFunction._do_compile; the wrapped step runs inside the window."""
     from triton.runtime.jit import JITFunction
 
-    from kbencheval.eval.worker import CompileAside
+    from kbencheval.eval.compile_aside import CompileAside
 
     chan = RecordingChannel()
     monkeypatch.setattr(JITFunction, "_do_compile",

@@ -8,7 +8,6 @@ reports can only lower a verdict (a `Failure`); its run-time checks (tripwires.p
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import sys
@@ -18,11 +17,12 @@ import torch
 import torch._dynamo  # noqa: F401  (its import rebinds torch.manual_seed; do it before guarding)
 
 from kbencheval.eval.audit import install_for_worker
+from kbencheval.eval.compile_aside import CompileAside
 from kbencheval.eval.errors import is_compile_error, short_error
 from kbencheval.eval.inputs import (as_tensor_list, build_model, inputs_fingerprint, load_problem_module, make_inputs,
                                     pin_global_flags, sync)
-from kbencheval.eval.protocol import (Assign, CandidateJob, Channel, Compiled, Compiling, Failure, JudgeJob, OutputItem, Outputs,
-                                      ProtocolError, Ready, Resume, RunPhase, Status)
+from kbencheval.eval.protocol import (Assign, CandidateJob, Channel, Failure, JudgeJob, OutputItem, Outputs, ProtocolError,
+                                      Ready, RunPhase, Status)
 from kbencheval.eval.timing import Timer, profiled_report, time_models
 from kbencheval.eval.transfer import export_tensors
 from kbencheval.eval.tripwires import LaunchTracker, OpCapture, Tripwires, os_thread_count, poison
@@ -45,7 +45,7 @@ class CandidateWorker:
         self.model = None
         self.timer = None
         self.profiler_warm = False
-        self.exports = 0  # names each exported output file uniquely
+        self.exports = self.timed_exports = 0  # names each exported output file uniquely
 
     def take(self, job: CandidateJob) -> "CandidateWorker":
         self.job = job
@@ -304,8 +304,9 @@ class CandidateWorker:
 
     def export_timed(self, request: RunPhase) -> bool:
         """The tripwire checks, then the outputs of the timed iterations the harness picked, recomputed as
-        the timed loop computed them. The judge holds each to the digest sent inside its round."""
-        if violation := self.timing_violation():
+        the timed loop computed them. The judge holds each to the digest sent inside its round. The checks
+        before the first cover the rounds; before a later one, no candidate code ran since the last."""
+        if not self.timed_exports and (violation := self.timing_violation()):
             return self.fail(Status.REJECTED, "during timing: " + violation)
         items = []
         for n, trial in enumerate(request.trials):
@@ -319,111 +320,12 @@ class CandidateWorker:
             if n < len(request.trials) - 1:
                 outs = [t.clone() for t in outs]  # the next call overwrites a graph's static outputs
             self.exports += 1
+            self.timed_exports += 1
             items.append(OutputItem(trial=trial, desc=export_tensors(outs, self.job.job_dir, f"timed{self.exports}")))
         if violation := self.timing_violation():
             return self.fail(Status.REJECTED, "during timing: " + violation)
         self.chan.send(Outputs(phase=request.phase, items=items, checks=self.checks))
         return True
-
-
-class CompileAside:
-    """Triton compiles a kernel at its first launch: seconds of CPU work inside a phase that holds the
-    device gate, which a timer elsewhere would wait for. Around each compile the worker finishes its
-    device work and tells the harness (Compiling, Compiled, then it waits for Resume: protocol.py), and
-    the harness lets go of the gate meanwhile. Outside a phase (importing the candidate, before Ready)
-    and while a CUDA graph is captured, a compile runs where it is."""
-
-    def __init__(self, chan: Channel, device: torch.device):
-        self.chan, self.device = chan, device
-        self.in_phase = False
-        self.compiling = False
-        self.dry = False  # compiling_only: launches compile and run nothing
-        self.count = 0  # compiles so far
-        self.loading_s = 0.0  # of which, building launchers and loading modules (compiling_only)
-
-    def install(self) -> None:
-        """Wraps the Triton JIT's compile step; a Triton without it keeps compiles inside the phase."""
-        try:
-            from triton.runtime.jit import JITFunction
-        except ImportError:
-            return
-        compile_kernel = getattr(JITFunction, "_do_compile", None)
-        if compile_kernel is None:
-            return
-        aside = self
-
-        def _do_compile(fn, *args, **kwargs):
-            aside.count += 1
-            with aside.window():
-                return compile_kernel(fn, *args, **kwargs)
-
-        JITFunction._do_compile = _do_compile
-        launch = JITFunction.run
-
-        def run(fn, *args, **kwargs):
-            if not aside.dry:
-                return launch(fn, *args, **kwargs)
-            kwargs["warmup"] = True  # Triton's own compile-without-launch
-            kernel = launch(fn, *args, **kwargs)
-            aside.load(kernel)
-            return kernel
-
-        JITFunction.run = run
-        try:
-            from triton.runtime.autotuner import Autotuner
-        except ImportError:
-            return
-        tune = Autotuner.run
-
-        def tune_or_compile(tuner, *args, **kwargs):
-            """Dry, an autotuned kernel compiles every config it would time, and chooses none: timings of
-            launches that ran nothing must not become its cached choice."""
-            if not aside.dry:
-                return tune(tuner, *args, **kwargs)
-            tuner.nargs = dict(zip(tuner.arg_names, args))
-            try:
-                for config in tuner.prune_configs(kwargs) if len(tuner.configs) > 1 else tuner.configs:
-                    tuner.fn.run(*args, **kwargs, **config.all_kwargs())
-            finally:
-                tuner.nargs = None
-
-        Autotuner.run = tune_or_compile
-
-    def load(self, kernel) -> None:
-        """A compiled kernel's launcher (C that Triton builds with the system compiler, a fraction of a
-        second per new signature) and its module on the device: otherwise both happen at its first launch,
-        inside a trial. A kernel that cannot load (e.g. too much shared memory) raises there again."""
-        clock = time.perf_counter()
-        try:
-            kernel._init_handles()
-        except Exception:  # noqa: BLE001 - Triton keeps the error for the kernel's first launch
-            pass
-        self.loading_s += time.perf_counter() - clock
-
-    @contextlib.contextmanager
-    def compiling_only(self):
-        self.dry = True
-        try:
-            yield
-        finally:
-            self.dry = False
-
-    @contextlib.contextmanager
-    def window(self):
-        capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-        if not self.in_phase or self.compiling or capturing:
-            yield
-            return
-        sync(self.device)  # what ran before the compile is done before the device is let go
-        self.chan.send(Compiling())
-        self.compiling = True
-        try:
-            yield
-        finally:
-            self.compiling = False
-            self.chan.send(Compiled())
-            if not isinstance(reply := self.chan.recv(), Resume):
-                raise ProtocolError(f"expected resume after a compile, got {type(reply).__name__}")
 
 
 def run_job(job: dict, sock, clock: dict | None = None) -> None:
