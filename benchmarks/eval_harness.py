@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import queue
 import shutil
@@ -148,18 +149,32 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
         t.join()
 
 
+def cpu_seconds() -> tuple[float, float, float]:
+    """(busy, all) CPU seconds of the whole machine since boot (/proc/stat), and this process's own
+    (every thread: the harness's Evaluators, watchdogs and gate polls)."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:]]
+    per_s = os.sysconf("SC_CLK_TCK")
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle and iowait
+    own = os.times()
+    return (sum(ticks) - idle) / per_s, sum(ticks) / per_s, own.user + own.system
+
+
 def run_passes(evaluators: list, problems: list, rows: dict, passes: int, device: str) -> tuple:
-    """Every pass in turn: (wall seconds, mean GPU busy %, GPU busy samples) per pass, and what the
-    results said about the device and the sandbox."""
-    pass_walls, gpu_busy, gpu_samples, meta = [], [], [], {}
+    """Every pass in turn: (wall seconds, mean GPU busy %, GPU busy samples, CPU use) per pass, and what
+    the results said about the device and the sandbox."""
+    pass_walls, gpu_busy, gpu_samples, cpu, meta = [], [], [], [], {}
     for n in range(passes):
-        t_pass = time.perf_counter()
+        t_pass, cpu_before = time.perf_counter(), cpu_seconds()
         with GpuBusy(device) as busy:
             run_pass(evaluators, problems, rows, f"pass{n + 1}", meta)
         pass_walls.append(time.perf_counter() - t_pass)
+        busy_s, all_s, own_s = (after - before for after, before in zip(cpu_seconds(), cpu_before))
+        cpu.append({"machine_busy_percent": round(100 * busy_s / max(all_s, 1e-9), 1),
+                    "machine_busy_cores": round(busy_s / pass_walls[-1], 2), "harness_cpu_s": round(own_s, 2)})
         gpu_busy.append(busy.mean())
         gpu_samples.append(busy.samples)
-    return pass_walls, gpu_busy, gpu_samples, meta
+    return pass_walls, gpu_busy, gpu_samples, cpu, meta
 
 
 def main() -> int:
@@ -192,7 +207,7 @@ def main() -> int:
     startup = time.perf_counter() - t
     rows = {p.key: {"problem": p.key} for p in problems}
     try:
-        pass_walls, gpu_busy, gpu_samples, meta = run_passes(evaluators, problems, rows, args.passes, args.device)
+        pass_walls, gpu_busy, gpu_samples, cpu, meta = run_passes(evaluators, problems, rows, args.passes, args.device)
     finally:
         for ev in evaluators:
             ev.close()
@@ -227,6 +242,7 @@ def main() -> int:
         "evaluator_startup_s": round(startup, 3),
         "throughput_candidates_per_min": [round(60 * len(problems) / w, 2) for w in pass_walls],
         "gpu_busy_percent": gpu_busy,
+        "cpu_per_pass": cpu,  # machine-wide busy share and cores, and the harness process's own CPU seconds
         **per_pass_figures(rows, args.passes),
     }
     if kb_root is not None:

@@ -247,27 +247,25 @@ def guarded_functions() -> dict:
     }
 
 
-_DISPATCH_KEYS = ("CPU", "CUDA", "CompositeImplicitAutograd", "CompositeExplicitAutograd", "Autograd",
-                  "AutogradCPU", "AutogradCUDA", "Python", "Meta")
-
-
 class DispatcherSnapshot:
-    """Every (dispatch key, op) registration, plus the full kernel table of each allowed op: a candidate
-    that registers a kernel (torch.library) could run compute under an allowed op's name.
+    """The dispatcher's operators, and the full kernel table of each allowed op: a candidate that
+    registers a kernel (torch.library) could run compute under an allowed op's name, or call an op of
+    its own. A kernel added to an op that is not allowed needs no check here: calling that op is
+    forbidden whatever runs under it (OpCapture).
 
-    Checked after every trial, so it must be cheap: the dispatcher lists a key's registrations in the
-    order of its operator table, which changes only when an operator is added or removed. Equal lists
-    mean nothing changed, and only unequal ones are compared as sets (a list reordered by an added
-    schema, with no new kernel, is no violation). The sets for every check cost 7.7 ms a trial on the H100
-    (benchmarks/trial_step_profile.py), the larger part of an honest 1.5 GB trial's 13.6 ms."""
+    Checked after every trial, so it must be cheap. The per-key registrations of nine dispatch keys
+    took 4-8 ms a check, the largest step of an honest trial on the H100 (benchmarks/trial_step_profile.py);
+    one listing of every operator takes a fifth of that. The listing follows the operator table's
+    order, which changes only when an operator is added or removed: equal lists mean nothing was, and
+    only unequal ones are compared as sets."""
 
     def __init__(self, allowed: set[str]):
         self.allowed_names = [op.replace(".", "::", 1) for op in sorted(allowed)]
         self.names, self.tables = self.read()
-        self.registered = frozenset((key, name) for key, names in self.names.items() for name in names)
+        self.known = frozenset(self.names)
 
-    def read(self) -> tuple[dict, dict]:
-        names = {key: torch._C._dispatch_get_registrations_for_dispatch_key(key) for key in _DISPATCH_KEYS}
+    def read(self) -> tuple[list, dict]:
+        names = torch._C._dispatch_get_registrations_for_dispatch_key()  # no key: every operator
         tables = {}
         for name in self.allowed_names:
             try:
@@ -277,12 +275,10 @@ class DispatcherSnapshot:
         return names, tables
 
     def changes(self) -> list[str]:
-        """Ops registered since the snapshot, then allowed ops whose kernel table changed."""
+        """Allowed ops whose kernel table changed, then operators added since the snapshot."""
         names, tables = self.read()
-        new = [] if names == self.names else sorted(
-            {name for key, listed in names.items() for name in listed if (key, name) not in self.registered})
-        new += [name for name, table in tables.items() if self.tables.get(name) != table]
-        return list(dict.fromkeys(new))  # an allowed op rerouted shows in both
+        changed = [name for name, table in tables.items() if self.tables.get(name) != table]
+        return changed + ([] if names == self.names else sorted(set(names) - self.known))
 
 
 class Tripwires:
