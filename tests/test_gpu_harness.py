@@ -113,6 +113,42 @@ def test_the_worker_starts_while_its_memory_reservation_waits(gpu_eval):
     assert memory["ready_after_s"] < memory["wait_s"], memory  # ready, then it waited in line
 
 
+def test_a_candidate_that_ran_out_of_device_memory_is_run_again_once_every_reservation_has_ended(gpu_eval, monkeypatch):
+    """The re-run after a device OOM waits for the other Evaluators' reservations to end: their memory,
+    not their device work, ran the first run out (an honest LogSoftmax on the H100, eight Evaluators)."""
+    import threading
+    import time
+
+    from kbencheval.eval.gate import DeviceGate
+    from kbencheval.eval.protocol import Compare
+
+    real_call, compares, released, taken = gpu_eval._judge_call, [], [], threading.Event()
+
+    def judge_call(msg):
+        if isinstance(msg, Compare):
+            compares.append(time.monotonic())
+            if len(compares) == 1:  # what the judge replies when the device is full
+                return {"ok": False, "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB"}
+        return real_call(msg)
+
+    def other():  # another Evaluator's candidate: 1 GiB, small enough for ours to run beside it
+        with DeviceGate("cuda:0").reserve(1 << 30, 1 << 50):
+            taken.set()
+            time.sleep(4.0)
+            released.append(time.monotonic())
+
+    monkeypatch.setattr(gpu_eval, "_judge_call", judge_call)
+    holder = threading.Thread(target=other)
+    holder.start()
+    assert taken.wait(30)
+    result = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
+    holder.join()
+    assert result.status == Status.CORRECT, result.error
+    assert "device_oom_retry" in result.checks
+    assert released and compares[1] > released[0]  # the re-run's trials ran after the other's memory was let go
+    assert result.checks["device_gate"]["memory"]["wait_s"] > 1.0, result.checks["device_gate"]["memory"]
+
+
 def test_the_next_candidate_gets_a_worker_forked_before_it_was_known(gpu_eval):
     """launch.py: after a candidate, its Evaluator forks the next one's worker (CUDA context, imports)."""
     gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")

@@ -192,8 +192,8 @@ class Evaluator:
             seeds = seeds or self.new_batch_seeds()
             result = self._evaluate_guarded(problem, text, backend or self.cfg.backend, seeds)
             if _device_out_of_memory(result):
-                # The device is shared: other Evaluators' correctness work may hold the memory this candidate
-                # needed (4 per H100 failed honest solutions this way). Once more, with the device to itself.
+                # The device is shared: other Evaluators' candidates may hold the memory this one needed (4 per
+                # H100 failed honest solutions this way). Once more, with the device and its memory to itself.
                 self._alone = True
                 try:
                     result = self._evaluate_guarded(problem, text, backend or self.cfg.backend, seeds)
@@ -272,6 +272,8 @@ class Evaluator:
         need = device_bytes_needed(prep, cfg, copies_inputs=problem_key in self._copies_inputs)
         capacity = int(DEVICE_MEMORY_FRACTION * prep.get("device_total_bytes", need))
         checks["device_memory_gb"] = {"reserved": round(need / 2**30, 2), "capacity": round(capacity / 2**30, 2)}
+        if self._alone:  # admitted once every other reservation has ended, and none beside it: the others'
+            need = capacity = _WHOLE_DEVICE  # memory, not their work, is what ran it out (an H100, 2026-11-26)
         # A spare's context is counted already, in this Evaluator's standing memory (_fork_spare). The worker
         # builds ModelNew only once admitted (worker.build): its weights are not held while it waits.
         early = 0 if launch.worker is not None else CUDA_CONTEXT_BYTES
