@@ -168,7 +168,7 @@ def test_the_wall_clock_bounds_the_candidates_event_figures():
 
 def test_a_candidate_reserves_what_its_reference_needs_on_the_device():
     from kbencheval.eval.config import EvalConfig
-    from kbencheval.eval.harness import CUDA_CONTEXT_BYTES, device_bytes_needed
+    from kbencheval.eval.sizing import CUDA_CONTEXT_BYTES, device_bytes_needed
 
     gb = 1 << 30
     cfg = EvalConfig(device="cuda", timing_input_gb=0.75, judge_cache_gb=1.0)

@@ -11,6 +11,7 @@ and memory cap, and kills the worker's whole process group afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -25,13 +26,13 @@ from kbencheval.dataset import Problem
 from kbencheval.eval.config import EvalConfig
 from kbencheval.eval.gate import DeviceGate
 from kbencheval.eval.launch import Conn, Launch, Worker
-from kbencheval.eval.protocol import (CandidateJob, JudgeJob, Prepare, Release, TimingSpec,
-                                      judge_keeps_outputs)
+from kbencheval.eval.protocol import CandidateJob, JudgeJob, Prepare, Release, TimingSpec
 from kbencheval.eval.result import EvalResult, Status, feedback_text
 from kbencheval.eval.sandbox.env import scrub
 from kbencheval.eval.server import HarnessError, _Server, bwrap_args, bwrap_profile, bwrap_works  # noqa: F401
-from kbencheval.eval.seeds import STRESS_NAMES, RunSeeds, stress_names
+from kbencheval.eval.seeds import RunSeeds, stress_names
 from kbencheval.eval.session import Session, gate_window, kill_group, tail
+from kbencheval.eval.sizing import CUDA_CONTEXT_BYTES, DEVICE_MEMORY_FRACTION, device_bytes_needed
 from kbencheval.extract import defines_model_new, extract_code, static_check
 
 __all__ = ["EvalConfig", "Evaluator", "HarnessError", "RunSeeds", "bwrap_works", "start_evaluators"]
@@ -65,6 +66,7 @@ class Evaluator:
         self._lock = threading.Lock()
         self._job_counter = 0
         self._alone = False  # set while a candidate is re-run with the device to itself (see evaluate)
+        self._judge_owes = False  # a reply to a request sent ahead (judge_ahead) is still to be read
         self._copies_inputs: set[int] = set()  # problems whose timers copy fresh inputs (timing.FreshInputs)
         self._versions = _versions()
         self._device_name = self.cfg.device_index
@@ -81,7 +83,7 @@ class Evaluator:
             if pid:
                 kill_group(pid)
         self._judge = self._judge_pid = self._judge_init = None
-        self._judge_kept = 0
+        self._judge_kept, self._judge_owes = 0, False
 
     def wait_ready(self) -> None:
         """For `Evaluator(cfg, wait_ready=False)`: blocks until the fork server is up (HarnessError if it failed)."""
@@ -161,6 +163,11 @@ class Evaluator:
         return pid, Conn(conn, deadline)
 
     def _judge_call(self, msg) -> dict:
+        self._judge_send(msg)
+        return self._judge_reply()
+
+    def _judge_send(self, msg) -> None:
+        self.settle_judge()  # a reply still owed comes first: one request, one reply, in order
         if self._judge is None:
             job_dir = tempfile.mkdtemp(prefix="judge-", dir=self._scratch)
             self._judge_dir = job_dir
@@ -170,10 +177,17 @@ class Evaluator:
             self.restarts["judge"] += self._judge_started
             self._judge_started = True
         self._judge.deadline = time.monotonic() + 600
+        self._judge_owes = True
         try:
             self._judge.send(msg)
+        except OSError:  # broken pipe: the reply read next finds it dead
+            pass
+
+    def _judge_reply(self) -> dict:
+        self._judge_owes = False
+        try:
             line = self._judge.recv_line()
-        except OSError:  # broken pipe, or no answer within the deadline
+        except OSError:  # no answer within the deadline
             line = None
         if line is None:
             self._kill_judge()
@@ -181,6 +195,25 @@ class Evaluator:
         reply = json.loads(line)
         self._judge_kept = reply.get("reserved_bytes", self._judge_kept)
         return reply
+
+    def settle_judge(self) -> None:
+        """Reads the reply to a request sent ahead (`judge_ahead`), if it is still owed."""
+        if self._judge_owes:
+            self._judge_reply()
+
+    @contextlib.contextmanager
+    def judge_ahead(self, msg):
+        """Sends `msg` to the judge and returns at once, so that the judge works while the caller waits
+        on the worker; its reply is read on leaving. A judge that died meanwhile, when the caller's own
+        step failed, shows at the next call, which starts a new one."""
+        self._judge_send(msg)
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(HarnessError):
+                self.settle_judge()
+            raise
+        self.settle_judge()
 
     # -- the public call --
     def evaluate(self, problem: Problem, text: str, *, backend: str | None = None,
@@ -356,32 +389,6 @@ class Evaluator:
             launch.end()
             checks.setdefault("harness_s", {})["teardown"] = {"worker_s": round(time.monotonic() - ended, 4),
                                                               "judge_s": 0.0}
-
-
-# Of the GPU's memory, what the candidates' reservations may add up to: the rest is for the CUDA
-# contexts of idle judges (one per Evaluator) and the allocators' fragmentation.
-DEVICE_MEMORY_FRACTION = 0.9
-CUDA_CONTEXT_BYTES = 1 << 30  # per process; a context on an H100 takes about 0.5 GB, cuBLAS adds workspace
-COMPARE_SLICES_BYTES = 1 << 28  # judge.compare's float64 temporaries for one 8M-element slice of an output
-
-
-def device_bytes_needed(prep: dict, cfg: EvalConfig, copies_inputs: bool = False) -> int:
-    """A candidate's device memory at its peak, worker and judge together, from what the judge measured
-    for the reference (`call_peak_bytes`: one call's inputs, intermediates and outputs; the model's
-    weights). Each side holds its model, a call's peak in its timer (its inputs regenerated in place;
-    where the problem's timers are known to copy fresh inputs instead, a second input set:
-    `copies_inputs`, learnt from the judge's timer, timing.FreshInputs) and an L2 flush buffer; the
-    worker also a trial's exported outputs until the judge has read them (timed outputs are recomputed into the timer's own buffers); the judge also its cached reference
-    outputs, its snapshot of a timed output and the comparison's float64 slices. An estimate: a
-    candidate that uses more than its reference can still run out, and is then re-run with the device
-    to itself (`device_oom_retry`)."""
-    outputs, inputs = sum(prep["output_bytes"]), prep.get("input_bytes", 0)
-    call = prep.get("call_peak_bytes", inputs + outputs)
-    per_side = CUDA_CONTEXT_BYTES + prep.get("model_bytes", 0) + call + cfg.l2_flush_mb * 2**20 + copies_inputs * inputs
-    cache = int(cfg.judge_cache_gb * 2**30)
-    cached = min(cache, (cfg.trials + len(STRESS_NAMES)) * outputs) if judge_keeps_outputs(outputs, cache) else 0
-    judge = cached + outputs + min(4 * outputs, COMPARE_SLICES_BYTES)
-    return int(2 * per_side + outputs + judge)
 
 
 _OUT_OF_MEMORY = re.compile(r"(CUDA|HIP)( error:)? out of memory")
