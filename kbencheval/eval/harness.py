@@ -11,7 +11,6 @@ and memory cap, and kills the worker's whole process group afterwards.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -66,7 +65,6 @@ class Evaluator:
         self._lock = threading.Lock()
         self._job_counter = 0
         self._alone = False  # set while a candidate is re-run with the device to itself (see evaluate)
-        self._judge_owes = False  # a reply to a request sent ahead (judge_ahead) is still to be read
         self._copies_inputs: set[int] = set()  # problems whose timers copy fresh inputs (timing.FreshInputs)
         self._versions = _versions()
         self._device_name = self.cfg.device_index
@@ -83,7 +81,7 @@ class Evaluator:
             if pid:
                 kill_group(pid)
         self._judge = self._judge_pid = self._judge_init = None
-        self._judge_kept, self._judge_owes = 0, False
+        self._judge_kept = 0
 
     def wait_ready(self) -> None:
         """For `Evaluator(cfg, wait_ready=False)`: blocks until the fork server is up (HarnessError if it failed)."""
@@ -163,11 +161,6 @@ class Evaluator:
         return pid, Conn(conn, deadline)
 
     def _judge_call(self, msg) -> dict:
-        self._judge_send(msg)
-        return self._judge_reply()
-
-    def _judge_send(self, msg) -> None:
-        self.settle_judge()  # a reply still owed comes first: one request, one reply, in order
         if self._judge is None:
             job_dir = tempfile.mkdtemp(prefix="judge-", dir=self._scratch)
             self._judge_dir = job_dir
@@ -177,17 +170,10 @@ class Evaluator:
             self.restarts["judge"] += self._judge_started
             self._judge_started = True
         self._judge.deadline = time.monotonic() + 600
-        self._judge_owes = True
         try:
             self._judge.send(msg)
-        except OSError:  # broken pipe: the reply read next finds it dead
-            pass
-
-    def _judge_reply(self) -> dict:
-        self._judge_owes = False
-        try:
             line = self._judge.recv_line()
-        except OSError:  # no answer within the deadline
+        except OSError:  # broken pipe, or no answer within the deadline
             line = None
         if line is None:
             self._kill_judge()
@@ -195,25 +181,6 @@ class Evaluator:
         reply = json.loads(line)
         self._judge_kept = reply.get("reserved_bytes", self._judge_kept)
         return reply
-
-    def settle_judge(self) -> None:
-        """Reads the reply to a request sent ahead (`judge_ahead`), if it is still owed."""
-        if self._judge_owes:
-            self._judge_reply()
-
-    @contextlib.contextmanager
-    def judge_ahead(self, msg):
-        """Sends `msg` to the judge and returns at once, so that the judge works while the caller waits
-        on the worker; its reply is read on leaving. A judge that died meanwhile, when the caller's own
-        step failed, shows at the next call, which starts a new one."""
-        self._judge_send(msg)
-        try:
-            yield
-        except BaseException:
-            with contextlib.suppress(HarnessError):
-                self.settle_judge()
-            raise
-        self.settle_judge()
 
     # -- the public call --
     def evaluate(self, problem: Problem, text: str, *, backend: str | None = None,

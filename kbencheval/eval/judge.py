@@ -18,8 +18,8 @@ from kbencheval.eval import judge_kernels
 from kbencheval.eval.errors import short_error
 from kbencheval.eval.inputs import (as_tensor_list, build_model, device_name, digest_bounds, digests_match,
                                     load_problem_module, make_inputs, output_digest, pin_global_flags, sync)
-from kbencheval.eval.protocol import (Channel, Compare, JudgeJob, OutputItem, Prepare, ProtocolError, Reference, Release,
-                                      TimeReference, Trial, judge_keeps_outputs)
+from kbencheval.eval.protocol import (Channel, Compare, JudgeJob, OutputItem, Prepare, ProtocolError, Release, TimeReference,
+                                      Trial, judge_keeps_outputs)
 from kbencheval.eval.timing import Timer, measure_bandwidth_gbs
 from kbencheval.eval.transfer import import_tensors
 
@@ -131,14 +131,12 @@ class Judge:
         self.key = None
         self.module = self.model = None
         self.refs: dict[Trial, list] = {}
-        self.ahead: dict[Trial, list] = {}  # computed on a Reference request, for the next Compare only
         self.timer, self.timer_key = None, None
         self.bandwidth_gbs = None
         self.input_bytes = 0  # of the last trial computed (every trial of a problem has the same shapes)
 
     def prepare(self, msg: Prepare) -> dict:
         key = (msg.problem_source, json.dumps(msg.sizes, sort_keys=True), json.dumps(msg.model_seeds, sort_keys=True))
-        self.ahead.clear()
         if self.key != key:
             self.refs.clear()
             self.model = None
@@ -176,18 +174,9 @@ class Judge:
         """Drops the problem's timer and cached outputs: after a large candidate, an idle judge would
         otherwise keep gigabytes that no reservation accounts for."""
         self.refs.clear()
-        self.ahead.clear()
         self.timer = self.timer_key = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        return {"ok": True, **self.kept()}
-
-    def compute_ahead(self, msg: Reference) -> dict:
-        """The references a Compare will need next, computed while the worker computes its outputs (the
-        harness sends this first): one that is not cached, a timed iteration's, no longer waits for
-        the worker's reply. Kept for that Compare only."""
-        self.ahead = {trial: self.reference(trial, cache=False) for trial in msg.trials}  # a cached one as it is
-        sync(self.device)
         return {"ok": True, **self.kept()}
 
     def kept(self) -> dict:
@@ -205,9 +194,7 @@ class Judge:
                 # One snapshot in the judge's memory: the worker's process lives on while it is read, so
                 # the comparison and the digest must not see two different versions of its buffer.
                 got = [t.clone() if isinstance(t, torch.Tensor) else t for t in got]
-            ref = self.ahead.pop(item.trial, None)
-            if ref is None:
-                ref = self.reference(item.trial, cache=msg.phase != "timed_outputs")  # timed inputs are one-offs
+            ref = self.reference(item.trial, cache=msg.phase != "timed_outputs")  # timed inputs are one-offs
             ok, message, stats = compare(ref, got, msg.tolerance, bool(item.trial.stress))
             # A right output must also be the one the timed iteration committed to (a wrong one is wrong).
             if ok and msg.committed is not None and \
@@ -220,7 +207,6 @@ class Judge:
             if not ok:
                 break
         sync(self.device)
-        self.ahead.clear()
         self.release_memory()
         return {"ok": True, "results": results, **self.kept()}
 
@@ -292,8 +278,6 @@ def run_judge(job: JudgeJob, sock) -> None:
                 reply = judge.compare(msg)
             elif isinstance(msg, TimeReference):
                 reply = judge.time_reference(msg)
-            elif isinstance(msg, Reference):
-                reply = judge.compute_ahead(msg)
             elif isinstance(msg, Release):
                 reply = judge.release()
             else:

@@ -239,15 +239,6 @@ class TimeReference:
 
 
 @dataclasses.dataclass(kw_only=True)
-class Reference:
-    """Compute the reference outputs of `trials` now, while the worker computes its own; the Compare that
-    follows finds them ready. The reply comes once they are computed."""
-
-    trials: list[Trial]
-    type: str = "reference"
-
-
-@dataclasses.dataclass(kw_only=True)
 class Release:
     """Drop the problem's timer and cached reference outputs (after a large candidate)."""
 
@@ -256,7 +247,7 @@ class Release:
 
 _MESSAGES = {cls.__dataclass_fields__["type"].default: cls
              for cls in (Assign, Ready, Failure, Outputs, RunPhase, Compiling, Compiled, Resume, Prepare, Compare,
-                         TimeReference, Reference, Release)}
+                         TimeReference, Release)}
 
 
 def encode(msg) -> bytes:

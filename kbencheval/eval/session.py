@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kbencheval.eval.device_kernels import check_report, kernel_violation
 from kbencheval.eval.protocol import (CandidateJob, Compare, Compiled, Compiling, Failure, Outputs, ProtocolError,
-                                      Ready, Reference, Resume, RunPhase, TimeReference, Trial)
+                                      Ready, Resume, RunPhase, TimeReference, Trial)
 from kbencheval.eval.result import EvalResult, Status, TimingStats
 from kbencheval.eval.rounds import picks_per_round, precise_enough, round_sizes
 from kbencheval.eval.seeds import RunSeeds
@@ -78,7 +78,7 @@ class Session:
             # shared per trial, so a timer waiting for it waits for one trial of each, not for all of them.
             for trial in trials:  # Triton compiles in the first, on first call, with the device let go
                 with self.ev.device_share(gate_window(self.checks, "trials")) as hold:
-                    self.judge(self.ask_with_reference(RunPhase(phase="trials", trials=[trial]), hold))
+                    self.judge(self.ask(RunPhase(phase="trials", trials=[trial]), hold))
             if not self.job.timing.enabled:
                 return EvalResult(Status.CORRECT, compiled=True, correct=True, checks=self.checks)
             if self.job.timing.mode == "trusted":
@@ -146,7 +146,7 @@ class Session:
                     self.check_device_kernels(self.ask(RunPhase(phase="round_checks", trials=[])))
         for picked, committed, digest_seed in picks:
             with self.ev.device_share(gate_window(self.checks, "timed_outputs")):
-                self.judge(self.ask_with_reference(RunPhase(phase="timed_outputs", trials=[picked])), expected=[picked],
+                self.judge(self.ask(RunPhase(phase="timed_outputs", trials=[picked])), expected=[picked],
                            where="in a timed iteration", committed=committed, digest_seed=digest_seed)
         self.check_wall_bound(rounds)
         self.checks["timing_trust"] = (f"reference: {ref_setup['mechanism']} in the judge; candidate: "
@@ -269,15 +269,6 @@ class Session:
         finally:
             self.add_spent(request.phase, "worker_s", clock)
 
-    def ask_with_reference(self, request: RunPhase, hold=None) -> Outputs:
-        """`ask`, while the judge computes the reference outputs of the same trials (judge.Judge.compute_ahead),
-        which it did after the worker's reply before: a timed output's reference is never cached."""
-        with self.ev.judge_ahead(Reference(trials=list(request.trials))):
-            reply = self.ask(request, hold)
-            clock = time.monotonic()
-        self.add_spent(request.phase, "judge_s", clock)  # the judge still at work once the worker replied
-        return reply
-
     def send(self, msg) -> None:
         try:
             self.conn.send(msg)
@@ -288,7 +279,6 @@ class Session:
         """The worker compiles on the CPU: the device is let go meanwhile (no timer waits for a compile),
         taken back behind any waiting timer before it may launch. Lying gains only the gate's known limit."""
         clock = time.monotonic()
-        self.ev.settle_judge()  # the judge's work sent ahead ends before the device is let go
         with hold.stepped_aside() if hold else contextlib.nullcontext():
             self.expect(Compiled)
         aside = self.checks.setdefault("compiles_aside", {"count": 0, "seconds": 0.0, "device_let_go": 0})
