@@ -1,4 +1,4 @@
-"""Shared test helpers: the tiny model and a real `kbench serve` subprocess."""
+"""Shared test helpers: the tiny model, a real `kbench serve` subprocess, and another Evaluator's device use."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -72,3 +73,38 @@ def kbench_server(model: str, timeout_s: float = 120, device: str = "cpu", visib
         except subprocess.TimeoutExpired:
             proc.kill()
             served.log = proc.communicate()[0]
+
+
+@contextlib.contextmanager
+def another_reservation(gate, nbytes: int, capacity: int, seconds: float):
+    """Another Evaluator's candidate, holding `nbytes` of `gate`'s device memory for `seconds` from a
+    thread; yields a list that gets the monotonic time it let go."""
+    released, taken = [], threading.Event()
+
+    def hold() -> None:
+        with gate.reserve(nbytes, capacity):
+            taken.set()
+            time.sleep(seconds)
+            released.append(time.monotonic())
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert taken.wait(30)
+    try:
+        yield released
+    finally:
+        thread.join(30)
+
+
+def out_of_memory_once(real_call, kind: type, calls: list):
+    """An Evaluator's judge call that answers its first `kind` request as a full device does; `calls`
+    gets the monotonic time of each `kind` request."""
+
+    def judge_call(msg):
+        if isinstance(msg, kind):
+            calls.append(time.monotonic())
+            if len(calls) == 1:
+                return {"ok": False, "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB"}
+        return real_call(msg)
+
+    return judge_call

@@ -11,6 +11,7 @@ import pytest
 
 from kbencheval.eval import gate as gate_module
 from kbencheval.eval.gate import DeviceGate, physical_device_key
+from tests.support import another_reservation, out_of_memory_once
 
 
 def _overlap(a: dict, b: dict) -> bool:
@@ -264,31 +265,11 @@ def test_a_reference_that_ran_out_of_memory_is_prepared_again_once_every_reserva
     from kbencheval.eval.protocol import Prepare
 
     relu = next(p for p in load_bundled(1) if p.problem_id == 1)
-    other, released = DeviceGate("cpu"), []
-
-    def hold_memory(admitted: threading.Event) -> None:  # another Evaluator's candidate, running for a while
-        with other.reserve(1 << 30, 8 << 30):
-            admitted.set()
-            time.sleep(1.5)
-            released.append(time.monotonic())
-
     with Evaluator(EvalConfig(device="cpu", trials=1, stress_trials=False, timeout_s=60)) as ev:
-        real_call, prepares = ev._judge_call, []
-
-        def judge_call(msg):
-            if isinstance(msg, Prepare):
-                prepares.append(time.monotonic())
-                if len(prepares) == 1:  # what the judge replies when the device is full
-                    return {"ok": False, "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB"}
-            return real_call(msg)
-
-        monkeypatch.setattr(ev, "_judge_call", judge_call)
-        admitted = threading.Event()
-        holder = threading.Thread(target=hold_memory, args=(admitted,))
-        holder.start()
-        assert admitted.wait(30)
-        result = ev.evaluate(relu, "```python\n" + relu.solution_source + "```")
-        holder.join(30)
+        prepares: list = []
+        monkeypatch.setattr(ev, "_judge_call", out_of_memory_once(ev._judge_call, Prepare, prepares))
+        with another_reservation(DeviceGate("cpu"), 1 << 30, 8 << 30, seconds=1.5) as released:
+            result = ev.evaluate(relu, "```python\n" + relu.solution_source + "```")
     assert result.correct, result.error
     assert "prepare_oom_retry" in result.checks and len(prepares) == 2
     assert released and prepares[1] >= released[0]  # not beside the other's memory

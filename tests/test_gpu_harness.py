@@ -8,6 +8,7 @@ from kbencheval.dataset import load_bundled
 from kbencheval.eval.harness import EvalConfig, Evaluator
 from kbencheval.eval.result import Status
 from kbencheval.eval.rounds import round_sizes
+from tests.support import another_reservation, out_of_memory_once
 from tests.test_adversarial import RELU, candidate
 
 pytestmark = pytest.mark.gpu
@@ -90,23 +91,10 @@ def test_the_candidates_triton_compile_runs_with_the_device_let_go(gpu_eval):
 def test_the_worker_starts_while_its_memory_reservation_waits(gpu_eval):
     """Another Evaluator holds the whole device for 3 s: the candidate's worker is started meanwhile
     (fork, CUDA context, import) and runs once the reservation is admitted."""
-    import threading
-    import time
-
     from kbencheval.eval.gate import DeviceGate
 
-    taken = threading.Event()
-
-    def other():
-        with DeviceGate("cuda:0").reserve(1 << 50, 1 << 50):  # everything: our candidate must wait
-            taken.set()
-            time.sleep(3.0)
-
-    blocker = threading.Thread(target=other)
-    blocker.start()
-    assert taken.wait(30)
-    result = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
-    blocker.join()
+    with another_reservation(DeviceGate("cuda:0"), 1 << 50, 1 << 50, seconds=3.0):  # everything: ours must wait
+        result = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
     assert result.status == Status.CORRECT, result.error
     memory = result.checks["device_gate"]["memory"]
     assert memory["wait_s"] > 1.5 and memory["worker_started"] < memory["start"] - 1.5, memory
@@ -116,33 +104,14 @@ def test_the_worker_starts_while_its_memory_reservation_waits(gpu_eval):
 def test_a_candidate_that_ran_out_of_device_memory_is_run_again_once_every_reservation_has_ended(gpu_eval, monkeypatch):
     """The re-run after a device OOM waits for the other Evaluators' reservations to end: their memory,
     not their device work, ran the first run out (an honest LogSoftmax on the H100, eight Evaluators)."""
-    import threading
-    import time
-
     from kbencheval.eval.gate import DeviceGate
     from kbencheval.eval.protocol import Compare
 
-    real_call, compares, released, taken = gpu_eval._judge_call, [], [], threading.Event()
-
-    def judge_call(msg):
-        if isinstance(msg, Compare):
-            compares.append(time.monotonic())
-            if len(compares) == 1:  # what the judge replies when the device is full
-                return {"ok": False, "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB"}
-        return real_call(msg)
-
-    def other():  # another Evaluator's candidate: 1 GiB, small enough for ours to run beside it
-        with DeviceGate("cuda:0").reserve(1 << 30, 1 << 50):
-            taken.set()
-            time.sleep(4.0)
-            released.append(time.monotonic())
-
-    monkeypatch.setattr(gpu_eval, "_judge_call", judge_call)
-    holder = threading.Thread(target=other)
-    holder.start()
-    assert taken.wait(30)
-    result = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
-    holder.join()
+    compares: list = []
+    monkeypatch.setattr(gpu_eval, "_judge_call", out_of_memory_once(gpu_eval._judge_call, Compare, compares))
+    # another Evaluator's candidate: 1 GiB, small enough for ours to run beside it
+    with another_reservation(DeviceGate("cuda:0"), 1 << 30, 1 << 50, seconds=4.0) as released:
+        result = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
     assert result.status == Status.CORRECT, result.error
     assert "device_oom_retry" in result.checks
     assert released and compares[1] > released[0]  # the re-run's trials ran after the other's memory was let go
