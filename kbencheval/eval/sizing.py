@@ -20,8 +20,9 @@ def device_bytes_needed(prep: dict, cfg: EvalConfig, copies_inputs: bool = False
     weights). Each side holds its model, a call's peak in its timer (its inputs regenerated in place;
     where the problem's timers are known to copy fresh inputs instead, a second input set:
     `copies_inputs`, learnt from the judge's timer, timing.FreshInputs) and an L2 flush buffer; the
-    worker also a trial's exported outputs until the judge has read them (timed outputs are recomputed into the timer's own buffers); the judge also its cached reference
-    outputs, its snapshot of a timed output and the comparison's float64 slices. An estimate: a
+    worker also a trial's exported outputs until the judge has read them (timed outputs are recomputed
+    into the timer's own buffers); the judge also its cached reference outputs, its snapshot of a
+    timed output and the comparison's float64 slices. An estimate: a
     candidate that uses more than its reference can still run out, and is then re-run with the device
     to itself (`device_oom_retry`)."""
     outputs, inputs = sum(prep["output_bytes"]), prep.get("input_bytes", 0)
