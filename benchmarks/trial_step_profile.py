@@ -29,8 +29,8 @@ import torch  # noqa: E402
 import torch._dynamo  # noqa: E402,F401  (rebinds torch.manual_seed, as in the worker: before the tripwires)
 
 from kbencheval.dataset import load_bundled  # noqa: E402
-from kbencheval.eval.inputs import (as_tensor_list, build_model, digest_bounds, inputs_fingerprint, load_problem_module,  # noqa: E402
-                                    make_inputs, output_digest, pin_global_flags, sync)
+from kbencheval.eval.inputs import (as_tensor_list, build_model, digest_bounds, inputs_fingerprint,  # noqa: E402
+                                    load_problem_module, make_inputs, output_digest, pin_global_flags, sync)
 from kbencheval.eval.judge import Judge, compare  # noqa: E402
 from kbencheval.eval.protocol import Prepare, TimingSpec, Trial  # noqa: E402
 from kbencheval.eval.seeds import RunSeeds, stress_names  # noqa: E402
@@ -93,8 +93,8 @@ def profile_problem(problem, device, tracker, folder: str, small: bool = False, 
         step("call_checks", lambda: tripwires.call_violation(capture, outs, before, inputs))
         inputs = None
         if device.type == "cuda":  # as run_trials ends: idle blocks over 1 GiB go back to the device
-            step("empty_cache", lambda: torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device) > 1 << 30
-                 and torch.cuda.empty_cache())
+            idle = lambda: torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)  # noqa: E731
+            step("empty_cache", lambda: idle() > 1 << 30 and torch.cuda.empty_cache())
         ref = judged("reference", lambda: judge.reference(trial))
         judged("compare", lambda: compare(ref, outs, dict(problem.tolerance), bool(trial.stress)))
         judged("release_memory", judge.release_memory)
@@ -105,6 +105,7 @@ def profile_problem(problem, device, tracker, folder: str, small: bool = False, 
     for k in range(6):
         pick = Trial(seed=1000 + k)
         picks("worker_process_checks", tripwires.process_violation)
+        # the clone a worker makes for each pick but a request's last
         outs = picks("worker_output_for", lambda: [t.clone() for t in timer.output_for(pick)])
         snapshot = picks("judge_snapshot", lambda: [t.clone() for t in outs])
         ref = picks("judge_reference_uncached", lambda: judge.reference(pick, cache=False))
