@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402,F401  (rebinds torch.manual_seed, as in the worker: before the tripwires)
 
-from kbencheval.dataset import load_bundled  # noqa: E402
+from kbencheval.dataset import ProblemError, load_bundled  # noqa: E402
 from kbencheval.eval.inputs import (as_tensor_list, build_model, digest_bounds, inputs_fingerprint,  # noqa: E402
                                     load_problem_module, make_inputs, output_digest, pin_global_flags, sync)
 from kbencheval.eval.judge import Judge, compare  # noqa: E402
@@ -131,8 +131,15 @@ def main() -> None:
     ap.add_argument("--judge-cache-gb", type=float, default=8.0, help="reference outputs the judge keeps")
     ap.add_argument("--out", default="", help="write the table as JSON here")
     args = ap.parse_args()
+    if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
+        ap.error(f"--device {args.device}: use cpu, cuda or cuda:N")
+    if args.device != "cpu" and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: no GPU here; use --device cpu --small with TRITON_INTERPRET=1")
     device = torch.device(args.device)
-    problems = [p for level in map(int, args.levels.split(",")) for p in load_bundled(level)]
+    try:
+        problems = [p for level in map(int, args.levels.split(",")) for p in load_bundled(level)]
+    except (ValueError, ProblemError) as e:
+        ap.error(f"--levels {args.levels}: {e}")
     problems = problems[: args.limit] if args.limit else problems
     problems = problems[args.rotate % len(problems):] + problems[: args.rotate % len(problems)]
     tracker = LaunchTracker()
