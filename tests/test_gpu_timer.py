@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import multiprocessing
 import types
 
 import pytest
@@ -38,6 +40,30 @@ def test_a_graph_regenerates_the_inputs_in_place_exactly_as_make_inputs_does():
         fresh.load(Trial(seed=seed))
         assert _same(fresh.static, make_inputs(module, seed, CUDA)), seed
     assert [x.data_ptr() for x in fresh.static if isinstance(x, torch.Tensor)] == addresses  # in place
+
+
+def _capture_fresh_inputs(builds: int, out: str) -> None:
+    """One of several processes building timers' fresh inputs at once, as eight Evaluators' do."""
+    module = _module(lambda: [torch.randn(4096, 65536)])  # 1 GiB, as the bundled elementwise problems
+    mechanisms = [FreshInputs(module, CUDA, Trial(seed=n)).mechanism for n in range(builds)]
+    with open(out, "w") as f:
+        json.dump(mechanisms, f)
+
+
+def test_the_first_replay_after_the_capture_draws_what_make_inputs_draws_while_the_gpu_is_shared(tmp_path):
+    """The capture check replays two probe seeds: the first replay must not run ahead of the capture's
+    own work. Before the sync after the capture, 13 of 84 captures failed it with five processes on an
+    H100, and those timers copied their inputs every iteration."""
+    context = multiprocessing.get_context("spawn")
+    outs = [tmp_path / f"mechanisms{n}.json" for n in range(4)]
+    processes = [context.Process(target=_capture_fresh_inputs, args=(20, str(out))) for out in outs]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=300)
+    assert all(process.exitcode == 0 for process in processes), [process.exitcode for process in processes]
+    mechanisms = [m for out in outs for m in json.loads(out.read_text())]
+    assert mechanisms == ["graph"] * 80, [m for m in mechanisms if m != "graph"][:3]
 
 
 @pytest.mark.parametrize("get_inputs, why", [
