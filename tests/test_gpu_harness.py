@@ -35,6 +35,31 @@ def test_the_candidates_kernels_compile_before_its_first_trial(gpu_eval):
     assert result.checks["device_kernels"]["kernels"] == {"relu_kernel": 1}
 
 
+def test_the_judge_keeps_its_free_blocks_between_one_candidates_comparisons_only():
+    """Compare.trim: the judge's blocks from one comparison serve the next (1 GB inputs and outputs, not
+    freed and allocated again per trial); its last comparison gives them back."""
+    replies = []
+    # No cache of reference outputs: each comparison computes its reference, as 8 Evaluators' judges do.
+    with Evaluator(EvalConfig(device="cuda", iters=20, timeout_s=120, judge_cache_gb=0.0)) as ev:
+        call = ev._judge_call
+
+        def recording(msg):
+            reply = call(msg)
+            replies.append((type(msg).__name__, getattr(msg, "phase", ""), getattr(msg, "trim", None),
+                            reply.get("reserved_bytes", 0)))
+            return reply
+
+        ev._judge_call = recording
+        result = ev.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
+    assert result.status == Status.CORRECT, result.error
+    prepared = next(kept for name, _, _, kept in replies if name == "Prepare")
+    trials = [kept for name, phase, trim, kept in replies if phase == "trials" and trim is False]
+    picks = [(trim, kept) for name, phase, trim, kept in replies if phase == "timed_outputs"]
+    assert trials and min(trials) > prepared + (1 << 30), (prepared, trials)  # a 1 GB input set kept
+    assert [trim for trim, _ in picks] == [False] * (len(picks) - 1) + [True]
+    assert picks[-1][1] < max(kept for _, kept in picks[:-1]) - (1 << 30), picks
+
+
 # Loading this candidate takes seconds of CPU (its import), as a slow compile would.
 SLOW_TO_LOAD = RELU.solution_source.replace(
     "class ModelNew", "_table = sum(i * i for i in range(30_000_000))\n\n\nclass ModelNew", 1)

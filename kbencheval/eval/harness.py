@@ -25,7 +25,7 @@ from kbencheval.dataset import Problem
 from kbencheval.eval.config import EvalConfig
 from kbencheval.eval.gate import DeviceGate
 from kbencheval.eval.launch import Conn, Launch, Worker
-from kbencheval.eval.protocol import CandidateJob, JudgeJob, Prepare, Release, TimingSpec
+from kbencheval.eval.protocol import CandidateJob, Compare, JudgeJob, Prepare, Release, TimingSpec
 from kbencheval.eval.result import EvalResult, Status, feedback_text
 from kbencheval.eval.sandbox.env import scrub
 from kbencheval.eval.server import HarnessError, _Server, bwrap_args, bwrap_profile, bwrap_works  # noqa: F401
@@ -58,6 +58,7 @@ class Evaluator:
         """Processes restarted after they died (a candidate's doing, or anything else), over this Evaluator's life."""
         self._judge_pid = self._judge_init = None
         self._judge_kept = 0  # device bytes the judge's allocator held at its last reply
+        self._judge_untrimmed = False  # its last reply kept free blocks for more comparisons (Compare.trim)
         self._owner = f"{os.getpid()}-{id(self)}"  # this Evaluator in the device gate's ledger
         self._judge_started = False
         self._judge: Conn | None = None
@@ -82,6 +83,7 @@ class Evaluator:
                 kill_group(pid)
         self._judge = self._judge_pid = self._judge_init = None
         self._judge_kept = 0
+        self._judge_untrimmed = False
 
     def wait_ready(self) -> None:
         """For `Evaluator(cfg, wait_ready=False)`: blocks until the fork server is up (HarnessError if it failed)."""
@@ -180,6 +182,7 @@ class Evaluator:
             raise HarnessError(f"the judge process died: {tail(Path(self._judge_dir) / 'worker.log', 6)}")
         reply = json.loads(line)
         self._judge_kept = reply.get("reserved_bytes", self._judge_kept)
+        self._judge_untrimmed = isinstance(msg, Compare) and not msg.trim  # the Compare.trim it skipped
         return reply
 
     # -- the public call --
@@ -308,9 +311,9 @@ class Evaluator:
         checks["prepare_oom_retry"] = "the reference ran out of device memory beside other work; prepared again alone"
         return prep
 
-    def _release_judge(self) -> None:
+    def _release_judge(self, keep_problem: bool = False) -> None:
         try:
-            self._judge_call(Release())
+            self._judge_call(Release(keep_problem=keep_problem))
         except HarnessError:
             pass  # a dead judge holds nothing; the next candidate starts a new one
 
@@ -356,6 +359,8 @@ class Evaluator:
             launch.end()
             checks.setdefault("harness_s", {})["teardown"] = {"worker_s": round(time.monotonic() - ended, 4),
                                                               "judge_s": 0.0}
+            if self._judge_untrimmed:  # it ended before its last comparison, which gives the free blocks back
+                self._release_judge(keep_problem=True)
 
 
 _OUT_OF_MEMORY = re.compile(r"(CUDA|HIP)( error:)? out of memory")

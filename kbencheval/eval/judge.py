@@ -170,9 +170,12 @@ class Judge:
         self.release_memory()
         return reply | self.kept()
 
-    def release(self) -> dict:
+    def release(self, msg: Release) -> dict:
         """Drops the problem's timer and cached outputs: after a large candidate, an idle judge would
-        otherwise keep gigabytes that no reservation accounts for."""
+        otherwise keep gigabytes that no reservation accounts for. `keep_problem`: the free blocks only."""
+        if msg.keep_problem:
+            self.release_memory()
+            return {"ok": True, **self.kept()}
         self.refs.clear()
         self.timer = self.timer_key = None
         if self.device.type == "cuda":
@@ -207,12 +210,15 @@ class Judge:
             if not ok:
                 break
         sync(self.device)
-        self.release_memory()
+        if msg.trim:
+            self.release_memory()
         return {"ok": True, "results": results, **self.kept()}
 
     def release_memory(self) -> None:
         """Give the allocator's free blocks back to the device: the judge lives across candidates, and
-        blocks it kept after a 1 GiB-output problem starved the other Evaluators on the GPU."""
+        blocks it kept after a 1 GiB-output problem starved the other Evaluators on the GPU. Not between
+        one candidate's comparisons (`Compare.trim`): its reservation counts them, and freeing a 1.5 GB
+        block after every trial only to allocate it again took 2 ms a trial on an H100, alone."""
         if self.device.type == "cuda" and torch.cuda.memory_reserved(self.device) - \
                 torch.cuda.memory_allocated(self.device) > 256 << 20:
             torch.cuda.empty_cache()
@@ -227,6 +233,7 @@ class Judge:
             return {**reply, "bandwidth_gbs": self.bandwidth_gbs}
         if msg.setup:
             if self.timer_key != key:
+                self.release_memory()  # the trials' blocks: a graph's private pool could not reuse them
                 model = torch.compile(self.model) if msg.spec.baseline == "compile" else self.model
                 self.timer = Timer(model, self.module, self.device, msg.spec, msg.trials[0])
                 self.timer_key = key
@@ -279,7 +286,7 @@ def run_judge(job: JudgeJob, sock) -> None:
             elif isinstance(msg, TimeReference):
                 reply = judge.time_reference(msg)
             elif isinstance(msg, Release):
-                reply = judge.release()
+                reply = judge.release(msg)
             else:
                 raise ProtocolError(f"the judge does not answer {type(msg).__name__}")
         except Exception as e:  # a bad descriptor or reference failure must not kill the judge

@@ -223,6 +223,9 @@ class Compare:
     items: list[OutputItem]
     committed: list | None = None  # a timed output: the digest the worker sent in its round ...
     digest_seed: int = 1  # ... and the seed of its weights (inputs.output_digest)
+    # False while more of the same candidate's outputs follow: the judge keeps its allocator's free blocks
+    # for them, inside the candidate's memory reservation, instead of freeing and mapping them again.
+    trim: bool = True
     type: str = "compare"
 
 
@@ -240,8 +243,11 @@ class TimeReference:
 
 @dataclasses.dataclass(kw_only=True)
 class Release:
-    """Drop the problem's timer and cached reference outputs (after a large candidate)."""
+    """Drop the problem's timer and cached reference outputs (after a large candidate). With
+    `keep_problem`, only give the allocator's free blocks back (a candidate ended before its last
+    comparison, which would have)."""
 
+    keep_problem: bool = False
     type: str = "release"
 
 

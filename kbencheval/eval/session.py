@@ -69,6 +69,7 @@ class Session:
         """`started`: when the worker's fork was requested (its start, until Ready, is `harness_s["start"]`)."""
         cfg = self.ev.cfg
         self.watchdog = _MemoryWatchdog(self.pid, cfg.memory_limit_gb) if not cfg.on_cpu else None
+        timed = self.job.timing.enabled  # more of this candidate's outputs follow the trials
         try:
             self.expect(Ready)
             self.add_spent("start", "worker_s", time.monotonic() if started is None else started)
@@ -78,7 +79,7 @@ class Session:
             # shared per trial, so a timer waiting for it waits for one trial of each, not for all of them.
             for trial in trials:  # Triton compiles in the first, on first call, with the device let go
                 with self.ev.device_share(gate_window(self.checks, "trials")) as hold:
-                    self.judge(self.ask(RunPhase(phase="trials", trials=[trial]), hold))
+                    self.judge(self.ask(RunPhase(phase="trials", trials=[trial]), hold), trim=not timed)
             if not self.job.timing.enabled:
                 return EvalResult(Status.CORRECT, compiled=True, correct=True, checks=self.checks)
             if self.job.timing.mode == "trusted":
@@ -144,10 +145,11 @@ class Session:
                                          rounds, per_round)
                 if eager:
                     self.check_device_kernels(self.ask(RunPhase(phase="round_checks", trials=[])))
-        for picked, committed, digest_seed in picks:
+        for n, (picked, committed, digest_seed) in enumerate(picks):
             with self.ev.device_share(gate_window(self.checks, "timed_outputs")):
                 self.judge(self.ask(RunPhase(phase="timed_outputs", trials=[picked])), expected=[picked],
-                           where="in a timed iteration", committed=committed, digest_seed=digest_seed)
+                           where="in a timed iteration", committed=committed, digest_seed=digest_seed,
+                           trim=n == len(picks) - 1)
         self.check_wall_bound(rounds)
         self.checks["timing_trust"] = (f"reference: {ref_setup['mechanism']} in the judge; candidate: "
                                        f"{setup.timing['mechanism']} in its worker, bounded by the harness's clock")
@@ -313,14 +315,14 @@ class Session:
         return msg
 
     def judge(self, outputs: Outputs, expected: list[Trial] | None = None, where: str = "in a correctness trial",
-              committed: list | None = None, digest_seed: int = 1):
+              committed: list | None = None, digest_seed: int = 1, trim: bool = True):
         """The judge compares; it also refuses items other than exactly those requested, and a timed
-        output whose digest is not the `committed` one."""
+        output whose digest is not the `committed` one. `trim=False` while more outputs follow."""
         expected = self.requested if expected is None else expected
         clock = time.monotonic()
         reply = self.ev._judge_call(Compare(job_dir=self.job.job_dir, phase=outputs.phase, tolerance=self.tolerance,
                                             expected=expected, items=outputs.items,
-                                            committed=committed, digest_seed=digest_seed))
+                                            committed=committed, digest_seed=digest_seed, trim=trim))
         self.add_spent(outputs.phase, "judge_s", clock)
         if not reply.get("ok"):
             raise _Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=True, checks=self.checks,
