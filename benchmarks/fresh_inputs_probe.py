@@ -1,57 +1,100 @@
-"""FreshInputs' capture check by hand, in N processes sharing one GPU: per capture of each of 14 level-1
-problems' get_inputs, the fraction of elements of each of four replays (seeds 11, 12, 11, 12) that differ
-from make_inputs, without ("plain") and with ("cap_sync") a device sync right after the capture.
+"""Does a captured get_inputs replay what make_inputs makes, while several processes share the GPU?
 
-    python benchmarks/fresh_inputs_probe.py N ROUNDS OUT_DIR   # writes OUT_DIR/p2_<rank>.json, prints counts
+Each process captures the get_inputs of the first level-1 problems as a CUDA graph, then replays it four
+times (seeds 11, 12, 11, 12) and records, per replay, the fraction of elements that differ from
+make_inputs under the same seed: once without ("plain") and once with ("capture_sync") a device sync
+right after the capture. This is how timing.FreshInputs' capture check was found to fail at random.
 
-On the H100 (2026-11-26, 5 processes, 2 rounds; two ran out of memory): plain 13 of 84 captures had a
-first replay that differed in all its elements, cap_sync 0 of 84 (benchmarks/results/fresh_inputs_probe/)."""
-import json, multiprocessing as mp, random, sys, time
+    python benchmarks/fresh_inputs_probe.py --processes 5 --rounds 2 --out benchmarks/results/fresh_inputs_probe.json
+
+On the H100 (2026-11-26, --processes 4 --rounds 2, 14 problems): plain 11 of 112 captures had a first
+replay that differed (in every element) and right replays after it; capture_sync 0 of 112
+(benchmarks/results/fresh_inputs_probe_h100.json). An earlier version of this probe, with five
+processes: 13 of 84 against 0 of 84."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import random
+import sys
+from pathlib import Path
+
 import torch
 
-def work(rank, rounds, out):
-    torch.cuda.set_device(0)
+SEEDS = (11, 12, 11, 12)
+VARIANTS = ("plain", "capture_sync")
+
+
+def probe(rank: int, rounds: int, problems: int, out: str) -> None:
+    """One process: every capture's per-replay differing fractions, written to `out`."""
     from kbencheval.dataset import load_bundled
     from kbencheval.eval.inputs import load_problem_module, make_inputs
-    dev = torch.device("cuda", 0)
-    probs = [p for p in load_bundled(1)][:14]
-    rec = []
+
+    device = torch.device("cuda", 0)
+    records = []
     for r in range(rounds):
-        for p in probs:
-            for variant in ("plain", "cap_sync"):
-                m = load_problem_module(p.source, {})
-                want = [[x.clone() for x in make_inputs(m, s, dev) if isinstance(x, torch.Tensor)] for s in (11, 12)]
-                g = torch.cuda.CUDAGraph()
-                stream = torch.cuda.current_stream(dev)
-                with torch.cuda.graph(g), torch.device(dev):
-                    static = list(m.get_inputs())
+        for problem in load_bundled(1)[:problems]:
+            for variant in VARIANTS:
+                module = load_problem_module(problem.source, {})
+                want = {s: [x for x in make_inputs(module, s, device) if isinstance(x, torch.Tensor)] for s in SEEDS[:2]}
+                graph, stream = torch.cuda.CUDAGraph(), torch.cuda.current_stream(device)
+                with torch.cuda.graph(graph), torch.device(device):
+                    static = [x for x in module.get_inputs() if isinstance(x, torch.Tensor)]
                 torch.cuda.set_stream(stream)
-                if variant == "cap_sync":
-                    torch.cuda.synchronize()
-                res = []
-                for k, s in enumerate((11, 12, 11, 12)):
-                    torch.manual_seed(s); random.seed(s)
-                    g.replay()
-                    got = [x for x in static if isinstance(x, torch.Tensor)]
-                    diff = [(x != y).float().mean().item() for x, y in zip(got, want[k % 2])]
-                    res.append(max(diff))
-                rec.append({"rank": rank, "round": r, "problem": p.key, "variant": variant, "frac_diff": res})
-                del g, static, want
+                if variant == "capture_sync":
+                    torch.cuda.synchronize(device)
+                differing = []
+                for seed in SEEDS:
+                    torch.manual_seed(seed)  # as make_inputs seeds
+                    random.seed(seed)
+                    graph.replay()
+                    differing.append(max((x != y).float().mean().item() for x, y in zip(static, want[seed])))
+                records.append({"rank": rank, "round": r, "problem": problem.key, "variant": variant,
+                                "differing_fraction_per_replay": differing})
+                del graph, static, want
                 torch.cuda.empty_cache()
-    with open(f"{out}/p2_{rank}.json", "w") as f:
-        json.dump(rec, f)
+    Path(out).write_text(json.dumps(records))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--processes", type=int, default=5, help="processes sharing the GPU (default 5)")
+    parser.add_argument("--rounds", type=int, default=2, help="captures per problem and variant (default 2)")
+    parser.add_argument("--problems", type=int, default=14, help="first N level-1 problems (default 14)")
+    parser.add_argument("--out", default="benchmarks/results/fresh_inputs_probe.json", help="JSON written here")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("fresh_inputs_probe: needs a CUDA GPU (CUDA graphs); run it on the device", file=sys.stderr)
+        return 2
+    parts = [Path(args.out).with_suffix(f".rank{n}.json") for n in range(args.processes)]
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=probe, args=(n, args.rounds, args.problems, str(part)))
+                 for n, part in enumerate(parts)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+    records, failed = [], []
+    for process, part in zip(processes, parts):
+        if process.exitcode == 0 and part.exists():
+            records += json.loads(part.read_text())
+            part.unlink()
+        else:
+            failed.append(process.exitcode)  # e.g. out of device memory: its captures are missing, not hidden
+    print(f"{'variant':<14}{'captures':>10}{'first replay differs':>22}{'a later replay differs':>24}")
+    summary = {"processes": args.processes, "failed_processes": failed, "variants": {}}
+    for variant in VARIANTS:
+        mine = [r["differing_fraction_per_replay"] for r in records if r["variant"] == variant]
+        first, later = sum(d[0] > 0 for d in mine), sum(any(x > 0 for x in d[1:]) for d in mine)
+        summary["variants"][variant] = {"captures": len(mine), "first_replay_differs": first, "later_replay_differs": later}
+        print(f"{variant:<14}{len(mine):>10}{first:>22}{later:>24}")
+    if failed:
+        print(f"{len(failed)} of {args.processes} processes failed (exit codes {failed}); their captures are missing")
+    Path(args.out).write_text(json.dumps({"summary": summary, "records": records}, indent=1))
+    return 0
+
 
 if __name__ == "__main__":
-    n, rounds, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    ctx = mp.get_context("spawn")
-    ps = [ctx.Process(target=work, args=(i, rounds, out)) for i in range(n)]
-    t = time.time()
-    [p.start() for p in ps]; [p.join() for p in ps]
-    recs = [e for i in range(n) for e in json.load(open(f"{out}/p2_{i}.json"))]
-    for v in ("plain", "cap_sync"):
-        vs = [e for e in recs if e["variant"] == v]
-        bad = [e for e in vs if any(x > 0 for x in e["frac_diff"])]
-        print(v, len(vs), "builds", len(bad), "with a differing replay")
-        for e in bad[:12]:
-            print("  ", e)
-    print(f"{time.time()-t:.0f}s")
+    sys.exit(main())

@@ -224,7 +224,7 @@ class Compare:
     committed: list | None = None  # a timed output: the digest the worker sent in its round ...
     digest_seed: int = 1  # ... and the seed of its weights (inputs.output_digest)
     # False while more of the same candidate's outputs follow: the judge keeps its allocator's free blocks
-    # for them, inside the candidate's memory reservation, instead of freeing and mapping them again.
+    # for them, inside the candidate's memory reservation, instead of freeing and allocating them again.
     trim: bool = True
     type: str = "compare"
 
