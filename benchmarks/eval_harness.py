@@ -120,7 +120,7 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
                 # Per gate phase: seconds waited for the device and held; the exclusive "timing" holds
                 # of all candidates added up bound the throughput of one device from above.
                 "gate_s": {phase: {"wait_s": w.get("wait_s"), "held_s": w.get("held_s"), "holds": w.get("holds"),
-                                   **({"ready_after_s": w["ready_after_s"]} if "ready_after_s" in w else {})}
+                                   **{k: w[k] for k in ("ready_after_s", "blocked_by_gb") if k in w}}
                            for phase, w in r.checks.get("device_gate", {}).items() if "end" in w},
                 "monotonic_span": [round(t_mono, 3), round(t_mono + wall, 3)],  # the clock of gate holds and GPU samples
                 # Where the exclusive window goes: the rounds' wall clocks and event sums of both sides
@@ -137,6 +137,7 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
                 # The worker's own account of its start (device init, lock-down, init) and first trial.
                 "worker_start_s": r.checks.get("start_s"), "first_trial_s": r.checks.get("first_trials_s"),
                 "precompile": r.checks.get("precompile"),
+                "harness_restarted": r.checks.get("harness_restarted"),  # a fork server started again first
             }
             meta.update(device=r.device, sandbox=r.sandbox)
             print(f"{name} {p.key:<32} {r.status.value:<13} speedup={r.speedup} wall={wall:.2f}s "

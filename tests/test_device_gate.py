@@ -256,6 +256,23 @@ def test_a_device_out_of_memory_error_is_retried_with_the_device_alone():
     assert broken.status.value == "runtime_error" and "device_oom_retry" not in broken.checks  # no retry
 
 
+def test_device_out_of_memory_errors_are_told_from_other_errors():
+    from kbencheval.eval.harness import _device_out_of_memory
+    from kbencheval.eval.result import EvalResult, Status
+
+    def oom(error: str, status=Status.RUNTIME_ERROR) -> bool:
+        return _device_out_of_memory(EvalResult(status, error=error))
+
+    assert oom("OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB")
+    assert oom("RuntimeError: CUDA error: out of memory")
+    assert oom("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+    assert oom("RuntimeError: HIPBLAS_STATUS_ALLOC_FAILED")
+    assert oom("cuDNN error: CUDNN_STATUS_ALLOC_FAILED")
+    assert not oom("RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm`")
+    assert not oom("MemoryError: host out of memory")
+    assert not oom("CUDA out of memory", status=Status.INCORRECT)  # a verdict, not a failure to run
+
+
 def test_a_reference_that_ran_out_of_memory_is_prepared_again_once_every_reservation_has_ended(monkeypatch):
     """A judge prepares before its candidate's reservation (whose size it tells), counted nowhere: eight
     judges starting a pass at once filled an H100, and an honest candidate got `the reference itself
@@ -381,6 +398,9 @@ def test_a_spare_worker_counts_as_standing_memory_until_its_candidate_reserves(t
             assert "a" not in gate.reserved()["standing"]
             b.join(10)  # 5 + 5 + 15 fit
             assert not b.is_alive() and windows["b"]["wait_s"] > 0.4
+    # What kept b out at its last look, as its record tells a user who wonders why it waited.
+    assert windows["b"]["blocked_by_gb"] == {"held": 5.0, "standing": 6.0, "early": 0.0, "position": 0,
+                                             "holders": 1, "fits": False}
 
 
 def _reserve_in_background(gate, nbytes: int, capacity: int, window: dict, owner: str) -> threading.Thread:

@@ -121,6 +121,7 @@ class DeviceGate:
         self._update(lambda ledger: ledger["queue"].append([ticket, os.getpid(), int(nbytes), time.time(),
                                                             int(early_bytes), ready is None]))
         reservation = Reservation()
+        blocked: dict = {}  # what kept it out at its last look, for `waited["blocked_by_gb"]`
         try:
             if on_queued is not None:
                 on_queued()
@@ -131,9 +132,11 @@ class DeviceGate:
                     self._update(lambda ledger: _join_line(ledger, ticket))
                     if waited is not None:
                         waited["ready_after_s"] = round(time.monotonic() - t0, 4)
-                if in_line and self._update(lambda ledger: _admit(ledger, ticket, capacity, owner)):
+                if in_line and self._update(lambda ledger: _admit(ledger, ticket, capacity, owner, blocked)):
                     break
                 time.sleep(RESERVE_POLL_S)
+            if waited is not None and blocked:
+                waited["blocked_by_gb"] = blocked
             with _recorded(waited, t0):
                 yield reservation
         finally:
@@ -208,11 +211,13 @@ def _join_line(ledger: dict, ticket: str) -> None:
             entry[3], entry[5] = time.time(), True
 
 
-def _admit(ledger: dict, ticket: str, capacity: int, owner: str) -> bool:
-    """Moves `ticket` from the queue to the holders if it may start now (see DeviceGate.reserve)."""
-    used = sum(nbytes for _, nbytes in ledger["held"].values())
-    used += sum(nbytes for o, (_, nbytes) in ledger["standing"].items() if o != owner)
-    used += sum(entry[4] for entry in ledger["queue"] if entry[0] != ticket and len(entry) > 4)  # started early
+def _admit(ledger: dict, ticket: str, capacity: int, owner: str, blocked: dict | None = None) -> bool:
+    """Moves `ticket` from the queue to the holders if it may start now (see DeviceGate.reserve). If it
+    may not, `blocked` gets what was in its way: the held, standing and early bytes in GB, and its place."""
+    held = sum(nbytes for _, nbytes in ledger["held"].values())
+    standing = sum(nbytes for o, (_, nbytes) in ledger["standing"].items() if o != owner)
+    early = sum(entry[4] for entry in ledger["queue"] if entry[0] != ticket and len(entry) > 4)  # started early
+    used = held + standing + early
     if not any(entry[0] == ticket for entry in ledger["queue"]):
         raise RuntimeError(f"device memory reservation {ticket} vanished from the ledger")
     line = sorted((entry for entry in ledger["queue"] if _in_line(entry)), key=lambda entry: entry[3])
@@ -226,6 +231,9 @@ def _admit(ledger: dict, ticket: str, capacity: int, owner: str) -> bool:
             ledger["held"][ticket] = [pid, nbytes]
             ledger["standing"].pop(owner, None)  # inside the reservation now
             return True
+        if blocked is not None:
+            blocked.update(held=round(held / 2**30, 2), standing=round(standing / 2**30, 2), early=round(early / 2**30, 2),
+                           position=position, holders=len(ledger["held"]), fits=fits)
         return False
     return False  # not in line yet
 

@@ -69,6 +69,7 @@ class Evaluator:
         self._copies_inputs: set[int] = set()  # problems whose timers copy fresh inputs (timing.FreshInputs)
         self._versions = _versions()
         self._device_name = self.cfg.device_index
+        self._restarted: dict | None = None  # the fork server restarted for the next candidate (checks)
 
     # -- lifecycle --
     def __enter__(self):
@@ -108,6 +109,8 @@ class Evaluator:
         if self._server.proc.poll() is None:
             self._server.wait_ready()  # an Evaluator made with wait_ready=False
             return
+        t0, why = time.monotonic(), f"exit status {self._server.proc.returncode}: " + \
+            tail(self._scratch / "forkserver.log", 2)
         self._server.close()
         self._kill_judge()
         if self._spare is not None:  # died with its fork server
@@ -115,6 +118,7 @@ class Evaluator:
             self._spare = None
         self._server = _Server(self.cfg, self._scratch, self._hide)
         self.restarts["fork_server"] += 1
+        self._restarted = {"fork_server": why, "seconds": round(time.monotonic() - t0, 3)}
 
     def new_batch_seeds(self) -> RunSeeds:
         """Seeds to share across a batch of candidates (draw them after the candidates were generated)."""
@@ -207,6 +211,8 @@ class Evaluator:
             result.device = self._device_name
             result.sandbox = self.protections
             result.checks["harness_restarts"] = dict(self.restarts)
+            if self._restarted:  # before this candidate: why, and what it cost
+                result.checks["harness_restarted"], self._restarted = self._restarted, None
             result.versions = self._versions
             result.eval_seconds = round(time.monotonic() - t0, 3)
             result.error = scrub(result.error, str(self._scratch))
@@ -363,7 +369,10 @@ class Evaluator:
                 self._release_judge(keep_problem=True)
 
 
-_OUT_OF_MEMORY = re.compile(r"(CUDA|HIP)( error:)? out of memory")
+# The allocator's and the driver's words, and cuBLAS/cuDNN failing to allocate a handle's workspace (an honest
+# Linear got CUBLAS_STATUS_ALLOC_FAILED beside eleven other Evaluators on an H100, 2026-11-26).
+_OUT_OF_MEMORY = re.compile(r"(CUDA|HIP)( error:)? out of memory|(CU|HIP)BLAS_STATUS_ALLOC_FAILED|"
+                            r"(CU|MI)DNN_STATUS_ALLOC_FAILED")
 _WHOLE_DEVICE = 1 << 60  # a reservation that is admitted only alone (gate._admit) and keeps every other one out
 
 

@@ -36,7 +36,7 @@ FLOOR_FRACTION = 0.5  # a copy kernel is not the peak; half the floor is still p
 # but never these, nor correctness_*: they are the record a user reads, not the candidate's to write.
 HARNESS_KEYS = frozenset({"seeds", "static", "sizes", "stress_trials", "timing_rounds", "timing_trust",
                           "device_kernels", "reference_kernels", "physical_floor_us", "speedup_of_medians",
-                          "device_gate", "harness_restarts", "served_by", "device_oom_retry",
+                          "device_gate", "harness_restarts", "harness_restarted", "served_by", "device_oom_retry",
                           "judge_reserved_gb", "harness_s", "compiles_aside", "fresh_inputs",
                           "prepare_oom_retry"})
 
