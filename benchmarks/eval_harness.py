@@ -138,6 +138,7 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
                 "worker_start_s": r.checks.get("start_s"), "first_trial_s": r.checks.get("first_trials_s"),
                 "precompile": r.checks.get("precompile"),
                 "harness_restarted": r.checks.get("harness_restarted"),  # a fork server started again first
+                "device_oom_retry": r.checks.get("device_oom_retry"),  # run again alone: its first run's error
             }
             meta.update(device=r.device, sandbox=r.sandbox)
             print(f"{name} {p.key:<32} {r.status.value:<13} speedup={r.speedup} wall={wall:.2f}s "
