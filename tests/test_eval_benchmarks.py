@@ -35,3 +35,22 @@ def test_gate_timeline_splits_a_pass_into_timing_shared_work_and_drains():
     s = gate_timeline.pass_summary([a, b])
     assert (s["span_s"], s["exclusive_s"], s["shared_only_s"], s["nothing_held_s"]) == (5.5, 2.0, 3.0, 0.5)
     assert (s["timers_waiting_s"], s["draining_s"], s["hold_s_in_drains"]["trials"]) == (2.0, 2.0, 2.0)
+
+
+def test_the_ledger_gap_is_what_the_gpu_holds_beyond_the_ledgers_count(tmp_path, monkeypatch):
+    """One reservation of 10 GB held and 3 GB standing while the GPU holds 20 GB: 7 GB no one counted. A
+    whole-device reservation (a candidate re-run alone) is not a memory figure and stays out of the gaps."""
+    import ledger_vs_device_memory as probe
+
+    from kbencheval.eval.gate import DeviceGate
+
+    gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
+    gate.stand("judge-a", 3 << 30)
+    monkeypatch.setattr(probe, "used_gb", lambda index: 20.0)
+    with gate.reserve(10 << 30, 70 << 30):
+        row = probe.sample(gate, "0")
+    assert (row["held_gb"], row["standing_gb"], row["gap_gb"], row["holders"]) == (10.0, 3.0, 7.0, 1)
+    alone = dict(row, held_gb=float(1 << 30), gap_gb=-1e9)
+    later = dict(row, t=row["t"] + 2, gap_gb=-2.0)
+    summary = probe.summarize([row, alone, later])
+    assert (summary["gap_max_gb"], summary["gap_max_at_s"], summary["alone_samples"]) == (7.0, 0.0, 1)
