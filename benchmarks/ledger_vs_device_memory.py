@@ -33,13 +33,7 @@ def used_gb(index: str) -> float:
 
 
 def sample(gate: DeviceGate, index: str) -> dict:
-    ledger = gate.reserved()
-    gb = lambda nbytes: round(nbytes / 2**30, 2)  # noqa: E731
-    row = {"t": round(time.monotonic(), 3), "used_gb": round(used_gb(index), 2),
-           "held_gb": gb(sum(n for _, n in ledger["held"].values())),
-           "standing_gb": gb(sum(n for _, n in ledger["standing"].values())),
-           "early_gb": gb(sum(e[4] for e in ledger["queue"] if len(e) > 4)),
-           "holders": len(ledger["held"]), "queued": len(ledger["queue"])}
+    row = {"t": round(time.monotonic(), 3), "used_gb": round(used_gb(index), 2), **gate.counted_gb()}
     row["gap_gb"] = round(row["used_gb"] - row["held_gb"] - row["standing_gb"] - row["early_gb"], 2)
     return row
 

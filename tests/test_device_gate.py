@@ -251,7 +251,8 @@ def test_a_device_out_of_memory_error_is_retried_with_the_device_alone():
         broken = ev.evaluate(relu, failing("raise RuntimeError('no')"))
     [oom] = results
     assert oom.status.value == "runtime_error" and "CUDA out of memory" in oom.error
-    assert "CUDA out of memory" in oom.checks["device_oom_retry"]["first_run"]["error"]
+    first_run = oom.checks["device_oom_retry"]["first_run"]
+    assert "CUDA out of memory" in first_run["error"] and first_run["ledger"]["holders"] == 0
     assert oom.checks["device_gate"]["prepare"]["wait_s"] > 0.5  # the re-run waited for the device to be its own
     assert broken.status.value == "runtime_error" and "device_oom_retry" not in broken.checks  # no retry
 

@@ -49,7 +49,7 @@ def test_the_ledger_gap_is_what_the_gpu_holds_beyond_the_ledgers_count(tmp_path,
     monkeypatch.setattr(probe, "used_gb", lambda index: 20.0)
     with gate.reserve(10 << 30, 70 << 30):
         row = probe.sample(gate, "0")
-    assert (row["held_gb"], row["standing_gb"], row["gap_gb"], row["holders"]) == (10.0, 3.0, 7.0, 1)
+    assert (row["held_gb"], row["standing_gb"], row["gap_gb"], row["holders"], row["queued"]) == (10.0, 3.0, 7.0, 1, 0)
     alone = dict(row, held_gb=float(1 << 30), gap_gb=-1e9)
     later = dict(row, t=row["t"] + 2, gap_gb=-2.0)
     summary = probe.summarize([row, alone, later])

@@ -298,7 +298,10 @@ def test_harness_survives_its_processes_dying():
         assert honest_is_correct(ev).checks["harness_restarts"]["judge"] == 1
         os.kill(ev._server.proc.pid, signal.SIGKILL)  # the fork server, and the judge with it
         time.sleep(0.2)
-        assert honest_is_correct(ev).checks["harness_restarts"]["fork_server"] == 1
+        restarted = honest_is_correct(ev).checks
+        assert restarted["harness_restarts"]["fork_server"] == 1
+        assert restarted["harness_restarted"]["fork_server"].startswith("exit status -9")  # why, on its verdict
+        assert "harness_restarted" not in honest_is_correct(ev).checks  # only the candidate it happened before
         looping = attack("pass", forward="""
         def forward(self, x):
             while True:

@@ -157,6 +157,16 @@ class DeviceGate:
         return self._update(lambda ledger: {"held": dict(ledger["held"]), "queue": list(ledger["queue"]),
                                             "standing": dict(ledger["standing"])})
 
+    def counted_gb(self) -> dict:
+        """What the ledger counts on the device now, in GB: reservations held, what idle judges keep
+        (standing), queued workers' contexts (early); and how many are held and queued."""
+        ledger = self.reserved()
+        gb = lambda nbytes: round(nbytes / 2**30, 2)  # noqa: E731
+        return {"held_gb": gb(sum(n for _, n in ledger["held"].values())),
+                "standing_gb": gb(sum(n for _, n in ledger["standing"].values())),
+                "early_gb": gb(sum(e[4] for e in ledger["queue"] if len(e) > 4)),
+                "holders": len(ledger["held"]), "queued": len(ledger["queue"])}
+
     def _update(self, change):
         """Applies `change` to the ledger under its lock (dead holders dropped first); returns its result."""
         fd = self._open("ledger_lock")

@@ -202,7 +202,7 @@ class Evaluator:
                 # The device is shared: other Evaluators' candidates may hold the memory this one needed (4 per
                 # H100 failed honest solutions this way). Once more, with the device and its memory to itself.
                 first = {"error": result.error[:400], "memory_gb": result.checks.get("device_memory_gb"),
-                         "ledger_gb": _ledger_gb(self.gate.reserved())}  # what the ledger counted when it failed
+                         "ledger": self.gate.counted_gb()}  # what the ledger counted when it failed
                 self._alone = True
                 try:
                     result = self._evaluate_guarded(problem, text, backend or self.cfg.backend, seeds)
@@ -383,14 +383,6 @@ def _device_out_of_memory(result: EvalResult) -> bool:
     """A runtime error from torch's CUDA allocator or the driver ("CUDA error: out of memory", e.g. a
     context created on a full device), the candidate's or the judge's; not the host's."""
     return result.status == Status.RUNTIME_ERROR and _OUT_OF_MEMORY.search(result.error or "") is not None
-
-
-def _ledger_gb(ledger: dict) -> dict:
-    """The device gate's ledger in GB: held, standing and early (queued workers' contexts) bytes."""
-    gb = lambda nbytes: round(nbytes / 2**30, 2)  # noqa: E731
-    return {"held": gb(sum(n for _, n in ledger["held"].values())),
-            "standing": gb(sum(n for _, n in ledger["standing"].values())),
-            "early": gb(sum(e[4] for e in ledger["queue"] if len(e) > 4)), "holders": len(ledger["held"])}
 
 
 def _versions() -> dict:
