@@ -5,7 +5,7 @@
 
 Every --interval seconds: the GPU's used memory (nvidia-smi) and the ledger's held, standing and early
 bytes (gate.DeviceGate.reserved). A positive gap is memory that no reservation accounts for (on the H100,
-eight judges preparing at a pass's start: 39 GB); a negative one is reserved but unused. Prints a table
+eight judges preparing at a pass's start: up to 41 GB); a negative one is reserved but unused. Prints a table
 and writes the summary and every sample as JSON. NVIDIA only.
 """
 
@@ -59,6 +59,8 @@ def main() -> int:
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run while sampling")
     args = ap.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.interval <= 0:
+        ap.error(f"--interval {args.interval:g}: give a positive number of seconds between samples")
     if not command:
         ap.error("give the command to run after --, e.g. -- python benchmarks/eval_harness.py --device cuda")
     if shutil.which("nvidia-smi") is None:
