@@ -68,3 +68,38 @@ def test_killed_harness_leaves_no_process_behind():
     while _alive(started) and time.time() < deadline:
         time.sleep(0.1)
     assert _alive(started) == set()
+
+
+def test_a_workers_socket_accepts_only_the_process_forked_for_it(tmp_path):
+    """launch.accept_from: a process that races a new worker to its socket does not take its place; the
+    harness takes the connection whose peer the kernel names as the forked pid, and closes the others."""
+    import socket
+
+    from kbencheval.eval.launch import accept_from
+
+    path = str(tmp_path / "ctl.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    intruder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    intruder.connect(path)  # first in line, from this process
+    worker = subprocess.Popen([sys.executable, "-c", "import socket, sys, time; s = socket.socket(socket.AF_UNIX); "
+                               f"s.connect({path!r}); s.sendall(b'worker'); time.sleep(30)"])
+    try:
+        conn = accept_from(listener, {worker.pid}, time.monotonic() + 20)
+        conn.settimeout(10)
+        assert conn.recv(16) == b"worker"
+        intruder.settimeout(5)
+        assert intruder.recv(1) == b""  # turned away
+        other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        other.connect(path)
+        t0 = time.monotonic()
+        try:
+            accept_from(listener, {worker.pid}, t0 + 0.5)
+        except TimeoutError:
+            assert time.monotonic() - t0 < 5
+        else:
+            raise AssertionError("a connection from another process was taken")
+    finally:
+        worker.kill()
+        worker.wait()

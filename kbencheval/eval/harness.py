@@ -24,7 +24,7 @@ from pathlib import Path
 from kbencheval.dataset import Problem
 from kbencheval.eval.config import EvalConfig
 from kbencheval.eval.gate import DeviceGate
-from kbencheval.eval.launch import Conn, Launch, Worker
+from kbencheval.eval.launch import Conn, Launch, Worker, accept_from
 from kbencheval.eval.protocol import CandidateJob, Compare, JudgeJob, Prepare, Release, TimingSpec
 from kbencheval.eval.result import EvalResult, Status, feedback_text
 from kbencheval.eval.sandbox.env import scrub
@@ -156,10 +156,10 @@ class Evaluator:
         pid = reply["pid"]
         if job["kind"] == "judge":  # PID 1 of its namespace: killing its parent does not kill it
             self._judge_init = reply.get("init", pid)
-        listener.settimeout(max(1.0, min(60.0, deadline - time.monotonic())))
         try:
-            conn, _ = listener.accept()
-        except socket.timeout:
+            conn = accept_from(listener, {pid, reply.get("init", pid)},
+                               time.monotonic() + max(1.0, min(60.0, deadline - time.monotonic())))
+        except TimeoutError:
             kill_group(pid)
             raise HarnessError(f"worker {job['kind']} never connected; see {job['job_dir']}/worker.log") from None
         finally:

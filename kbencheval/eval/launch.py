@@ -14,6 +14,7 @@ from __future__ import annotations
 import select
 import shutil
 import socket
+import struct
 import tempfile
 import time
 from pathlib import Path
@@ -21,6 +22,26 @@ from pathlib import Path
 from kbencheval.eval.protocol import Assign, CandidateJob, decode, encode
 from kbencheval.eval.server import HarnessError
 from kbencheval.eval.session import kill_group, wait_gone
+
+
+def accept_from(listener: socket.socket, pids: set[int], until: float) -> socket.socket:
+    """The first connection to `listener` made by one of `pids` (the process just forked), as the kernel
+    recorded the peer at connect (SO_PEERCRED); others are closed. No candidate's process should be alive
+    when a worker is forked (above), but a worker's socket sits in a folder any process of the Evaluator
+    can read, so one that were alive could otherwise take the new worker's place. TimeoutError at `until`."""
+    while True:
+        listener.settimeout(max(0.001, until - time.monotonic()))
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            raise TimeoutError from None
+        peer, _uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                               struct.calcsize("3i")))
+        if peer in pids:
+            return conn
+        conn.close()
+        if time.monotonic() >= until:
+            raise TimeoutError
 
 
 class Conn:
