@@ -136,6 +136,8 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
                 "harness_s": r.checks.get("harness_s"),
                 # The worker's own account of its start (device init, lock-down, init) and first trial.
                 "worker_start_s": r.checks.get("start_s"), "first_trial_s": r.checks.get("first_trials_s"),
+                "first_trial_parts_s": r.checks.get("first_trial_parts_s"),
+                "first_call_parts_s": r.checks.get("first_call_parts_s"),
                 "precompile": r.checks.get("precompile"),
                 "harness_restarted": r.checks.get("harness_restarted"),  # a fork server started again first
                 "device_oom_retry": r.checks.get("device_oom_retry"),  # run again alone: its first run's error

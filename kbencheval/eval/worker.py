@@ -19,8 +19,8 @@ import torch._dynamo  # noqa: F401  (its import rebinds torch.manual_seed; do it
 from kbencheval.eval.audit import install_for_worker
 from kbencheval.eval.compile_aside import CompileAside
 from kbencheval.eval.errors import is_compile_error, short_error
-from kbencheval.eval.inputs import (as_tensor_list, build_model, inputs_fingerprint, load_problem_module, make_inputs,
-                                    pin_global_flags, sync)
+from kbencheval.eval.inputs import (DIGEST_WIDTH, as_tensor_list, build_model, inputs_fingerprint, load_problem_module,
+                                    make_inputs, pin_global_flags, sync)
 from kbencheval.eval.protocol import (Assign, CandidateJob, Channel, Failure, JudgeJob, OutputItem, Outputs, ProtocolError,
                                       Ready, RunPhase, Status)
 from kbencheval.eval.timing import Timer, profiled_report, time_models
@@ -46,6 +46,8 @@ class CandidateWorker:
         self.timer = None
         self.profiler_warm = False
         self.exports = self.timed_exports = 0  # names each exported output file uniquely
+        if self.device.type == "cuda":
+            warm_run_time_checks(self.device)
 
     def take(self, job: CandidateJob) -> "CandidateWorker":
         self.job = job
@@ -151,20 +153,28 @@ class CandidateWorker:
 
     def checked_call(self, inputs: list) -> tuple[list, str | None]:
         """One forward under every run-time check; returns (outputs, violation or None)."""
+        clock = [time.perf_counter()]
         before_inputs = inputs_fingerprint(inputs)  # not a clone: that was a second input set on the device
         capture = OpCapture(set(self.job.allowed_ops))
         self.tracker.reset(capture)
         self.tracker.active = True
         try:
+            sync(self.device)
+            clock.append(time.perf_counter())
             with torch.no_grad(), capture:
                 out = self.model(*inputs)
             sync(self.device)
         finally:
             self.tracker.active = False
+        clock.append(time.perf_counter())
         outs = as_tensor_list(out)
         self.checks.setdefault("launches", []).append(self.tracker.launches)
         violation = self.tripwires.process_violation() or \
             self.tripwires.call_violation(capture, outs, before_inputs, inputs)
+        clock.append(time.perf_counter())
+        if "first_call_parts_s" not in self.checks:  # the first call's cost, by part (run_trials)
+            self.checks["first_call_parts_s"] = dict(zip(("fingerprint_s", "forward_s", "checks_s"),
+                                                          (b - a for a, b in zip(clock, clock[1:]))))
         return outs, violation
 
     def run_trials(self, request: RunPhase, prefix: str = "") -> bool:
@@ -175,10 +185,18 @@ class CandidateWorker:
         items = []
         for trial in request.trials:
             self.exports += 1
+            # The worker's first trial costs 0.1-0.5 s against 0.02-0.03 s for the next (H100): where it goes.
+            parts = self.checks.setdefault("first_trial_parts_s", {}) if self.exports == 1 else None
             try:
+                step = time.perf_counter()
                 inputs = make_inputs(self.module, trial, self.device)
                 poison(self.device, self.job.poison_bytes)
+                if parts is not None:
+                    sync(self.device)
+                    parts["inputs_s"], step = time.perf_counter() - step, time.perf_counter()
                 outs, violation = self.checked_call(inputs)
+                if parts is not None:
+                    parts["call_s"], step = time.perf_counter() - step, time.perf_counter()
             except BaseException as e:
                 if violation := self.tripwires.process_violation():
                     return self.fail(Status.REJECTED, prefix + violation, trial.key)
@@ -187,6 +205,8 @@ class CandidateWorker:
             if violation:
                 return self.fail(Status.REJECTED, prefix + violation, trial.key)
             desc = export_tensors(outs, self.job.job_dir, f"{request.phase}{self.exports}")
+            if parts is not None:
+                parts["export_s"] = time.perf_counter() - step
             items.append(OutputItem(trial=trial, desc=desc))
             del inputs, outs  # not alive while the next trial's inputs are made: a 3 GB input set twice over
         phases = self.checks["phases_s"]  # trials come one request each: their times add up
@@ -334,6 +354,17 @@ class CandidateWorker:
             return self.fail(Status.REJECTED, "during timing: " + violation)
         self.chan.send(Outputs(phase=request.phase, items=items, checks=self.checks))
         return True
+
+
+def warm_run_time_checks(device: torch.device) -> None:
+    """The run-time checks' first use, done before any candidate is known: the inputs' digests (a cuBLAS
+    matrix-vector product, so its handle and workspace; a float32-accumulating product for half types)
+    and the poison fill, with the torch kernels they load. The first trial paid 0.1-0.5 s for them
+    inside its memory reservation, where the next trials took 0.02-0.03 s (H200, 2026-11-26)."""
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        inputs_fingerprint([torch.ones(2 * DIGEST_WIDTH + 3, dtype=dtype, device=device)])
+    poison(device, [1 << 12])
+    sync(device)
 
 
 def run_job(job: dict, sock, clock: dict | None = None) -> None:
