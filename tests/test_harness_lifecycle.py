@@ -103,3 +103,4 @@ def test_a_workers_socket_accepts_only_the_process_forked_for_it(tmp_path):
     finally:
         worker.kill()
         worker.wait()
+        listener.close()
