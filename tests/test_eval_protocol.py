@@ -435,18 +435,3 @@ def test_a_recomputed_output_may_round_differently_but_not_be_computed_different
     assert match((halves.float() * (1 + 1e-3 * torch.randn_like(exact))).half(), halves)
     assert not match(skipped.half(), halves)
 
-
-def test_a_worker_whose_warm_up_fails_still_starts(monkeypatch, capsys):
-    """worker.warm_run_time_checks is an optimisation: on a full device it says so and the worker goes on
-    (its first trial then does the same work, and is judged as before)."""
-    from kbencheval.eval import worker
-
-    worker.warm_run_time_checks(torch.device("cpu"))  # the same calls a GPU worker makes, on CPU tensors
-    assert capsys.readouterr().err == ""
-
-    def full(*args, **kwargs):
-        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 32.00 MiB")
-
-    monkeypatch.setattr(worker, "inputs_fingerprint", full)
-    worker.warm_run_time_checks(torch.device("cpu"))
-    assert "run-time checks not warmed: OutOfMemoryError" in capsys.readouterr().err

@@ -104,3 +104,21 @@ def test_a_workers_socket_accepts_only_the_process_forked_for_it(tmp_path):
         worker.kill()
         worker.wait()
         listener.close()
+
+
+def test_a_worker_whose_warm_up_fails_still_starts(monkeypatch, capsys):
+    """worker.warm_run_time_checks is an optimisation: on a full device it says so and the worker goes on
+    (its first trial then does the same work, and is judged as before)."""
+    import torch
+
+    from kbencheval.eval import worker
+
+    worker.warm_run_time_checks(torch.device("cpu"))  # the same calls a GPU worker makes, on CPU tensors
+    assert capsys.readouterr().err == ""
+
+    def full(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 32.00 MiB")
+
+    monkeypatch.setattr(worker, "inputs_fingerprint", full)
+    worker.warm_run_time_checks(torch.device("cpu"))
+    assert "run-time checks not warmed: OutOfMemoryError" in capsys.readouterr().err
