@@ -1,5 +1,7 @@
-"""A harness that is killed outright (an eval actor hit by ray.kill, a SIGKILLed kbench eval) leaves
-nothing behind: not its fork server, not its judge, not a candidate that is busy looping."""
+"""The harness's processes over their life. A harness that is killed outright (an eval actor hit by
+ray.kill, a SIGKILLed kbench eval) leaves nothing behind: not its fork server, not its judge, not a
+candidate that is busy looping. A new worker's socket takes only that worker; a worker whose warm-up
+fails still starts."""
 
 from __future__ import annotations
 
