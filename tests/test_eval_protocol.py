@@ -434,4 +434,3 @@ def test_a_recomputed_output_may_round_differently_but_not_be_computed_different
     halves = exact.half()  # a 16-bit output gets its own rounding allowance, and still no skipped elements
     assert match((halves.float() * (1 + 1e-3 * torch.randn_like(exact))).half(), halves)
     assert not match(skipped.half(), halves)
-

@@ -161,10 +161,8 @@ class DeviceGate:
         """What the ledger counts on the device now, in GB: reservations held, what idle judges keep
         (standing), queued workers' contexts (early); and how many are held and queued."""
         ledger = self.reserved()
-        gb = lambda nbytes: round(nbytes / 2**30, 2)  # noqa: E731
-        return {"held_gb": gb(sum(n for _, n in ledger["held"].values())),
-                "standing_gb": gb(sum(n for _, n in ledger["standing"].values())),
-                "early_gb": gb(sum(e[4] for e in ledger["queue"] if len(e) > 4)),
+        held, standing, early = _counted(ledger)
+        return {"held_gb": _gb(held), "standing_gb": _gb(standing), "early_gb": _gb(early),
                 "holders": len(ledger["held"]), "queued": len(ledger["queue"])}
 
     def _update(self, change):
@@ -221,12 +219,23 @@ def _join_line(ledger: dict, ticket: str) -> None:
             entry[3], entry[5] = time.time(), True
 
 
-def _admit(ledger: dict, ticket: str, capacity: int, owner: str, blocked: dict | None = None) -> bool:
-    """Moves `ticket` from the queue to the holders if it may start now (see DeviceGate.reserve). If it
-    may not, `blocked` gets what was in its way: the held, standing and early bytes in GB, and its place."""
+def _counted(ledger: dict, owner: str = "", ticket: str = "") -> tuple[int, int, int]:
+    """Bytes the ledger counts: reservations held, what idle judges keep (standing; not `owner`'s, which
+    its own reservation covers) and queued workers' contexts (early; not `ticket`'s)."""
     held = sum(nbytes for _, nbytes in ledger["held"].values())
     standing = sum(nbytes for o, (_, nbytes) in ledger["standing"].items() if o != owner)
     early = sum(entry[4] for entry in ledger["queue"] if entry[0] != ticket and len(entry) > 4)  # started early
+    return held, standing, early
+
+
+def _gb(nbytes: int) -> float:
+    return round(nbytes / 2**30, 2)
+
+
+def _admit(ledger: dict, ticket: str, capacity: int, owner: str, blocked: dict | None = None) -> bool:
+    """Moves `ticket` from the queue to the holders if it may start now (see DeviceGate.reserve). If it
+    may not, `blocked` gets what was in its way: the held, standing and early bytes in GB, and its place."""
+    held, standing, early = _counted(ledger, owner, ticket)
     used = held + standing + early
     if not any(entry[0] == ticket for entry in ledger["queue"]):
         raise RuntimeError(f"device memory reservation {ticket} vanished from the ledger")
@@ -242,8 +251,8 @@ def _admit(ledger: dict, ticket: str, capacity: int, owner: str, blocked: dict |
             ledger["standing"].pop(owner, None)  # inside the reservation now
             return True
         if blocked is not None:
-            blocked.update(held=round(held / 2**30, 2), standing=round(standing / 2**30, 2), early=round(early / 2**30, 2),
-                           position=position, holders=len(ledger["held"]), fits=fits)
+            blocked.update(held=_gb(held), standing=_gb(standing), early=_gb(early), position=position,
+                           holders=len(ledger["held"]), fits=fits)
         return False
     return False  # not in line yet
 
