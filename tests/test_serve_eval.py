@@ -194,6 +194,17 @@ def test_sigterm_removes_the_socket_and_leaves_no_process(tmp_path):
     _assert_all_gone(started)
 
 
+def _running(module: str, pids: set[int]) -> bool:
+    """Whether one of `pids` runs `python -m module` (directly or under bubblewrap)."""
+    for pid in pids:
+        try:
+            if module in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0"):
+                return True
+        except OSError:
+            pass
+    return False
+
+
 def _assert_all_gone(pids: set[int]) -> None:
     deadline = time.time() + 5
     while _alive(pids) and time.time() < deadline:
@@ -209,10 +220,12 @@ def test_sigterm_during_the_start_cleans_up_too(tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**ENV, "TMPDIR": str(scratch)})
     deadline = time.monotonic() + 60
-    while not _descendants(proc.pid) and time.monotonic() < deadline:  # the fork server is starting
+    # Wait for the fork server itself: the start also runs short-lived children (the bubblewrap probe),
+    # which may be gone by the time the signal comes.
+    while not _running("kbencheval.eval.forkserver", started := _descendants(proc.pid)):
+        assert proc.poll() is None, f"serve-eval exited during its start: {proc.stderr.read()}"
+        assert time.monotonic() < deadline, "no fork server 60 s after kbench serve-eval started"
         time.sleep(0.05)
-    started = _descendants(proc.pid)
-    assert started and proc.poll() is None
     code = _stop(proc)
     assert code == 0, proc.stderr.read()
     assert not (tmp_path / "e.sock").exists() and list(scratch.iterdir()) == []  # the Evaluator's scratch is gone
