@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kbencheval.dataset import load_bundled
@@ -33,6 +35,21 @@ def test_the_candidates_kernels_compile_before_its_first_trial(gpu_eval):
     assert result.checks["precompile"]["loading_s"] > 0  # its launcher and module, before the trials too
     assert result.checks.get("compiles_aside", {}).get("count", 0) == 0, result.checks.get("compiles_aside")
     assert result.checks["device_kernels"]["kernels"] == {"relu_kernel": 1}
+
+
+def test_a_launcher_built_by_the_harness_serves_the_next_candidate(gpu_eval):
+    """launchers.py: a worker reports its kernel's argument types, the harness builds that launcher, and
+    the next candidate with the same types loads it instead of running the compiler (0.16 s or more on the H100)."""
+    from kbencheval.eval.launchers import launcher_source, shared_builder
+
+    leaky = next(p for p in load_bundled(1) if p.problem_id == 4)
+    first = gpu_eval.evaluate(leaky, "```python\n" + leaky.solution_source + "```")
+    shared_builder().drain()
+    second = gpu_eval.evaluate(leaky, "```python\n" + leaky.solution_source + "```")
+    assert first.status == second.status == Status.CORRECT, (first.error, second.error)
+    [types] = first.checks["precompile"]["launchers"]
+    assert (Path(shared_builder().folder) / launcher_source(tuple(types))[1]).is_dir()
+    assert second.checks["precompile"]["loading_s"] < 0.05, (first.checks["precompile"], second.checks["precompile"])
 
 
 def test_the_judge_keeps_its_free_blocks_between_one_candidates_comparisons_only():

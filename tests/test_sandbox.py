@@ -328,16 +328,20 @@ def test_poisoned_triton_cache_does_not_reach_the_next_candidate():
 _x = torch.randn(4096, device='cuda')
 ModelNew()(_x)
 torch.cuda.synchronize()
-_count = {}
-for _root in (os.environ['TRITON_CACHE_DIR'], os.environ['KBENCH_TRITON_SHARED_CACHE']):
-    _count[_root] = sum(write_file(os.path.join(_folder, _f), 'poison')
-                        for _folder, _, _files in os.walk(_root) for _f in _files)
-raise RuntimeError(f"poisoned private={_count[os.environ['TRITON_CACHE_DIR']]} "
-                   f"shared={_count[os.environ['KBENCH_TRITON_SHARED_CACHE']]}")
+def _poison(root):  # every file it can reach, and a new one in every folder
+    return sum(write_file(os.path.join(_folder, _f), 'poison') for _folder, _, _files in os.walk(root)
+               for _f in _files + ['planted'])
+_shared = os.environ['KBENCH_TRITON_SHARED_CACHE'].split(os.pathsep)  # the judge's, the harness's launchers
+_found = sum(len(_files) for _root in _shared for _, _, _files in os.walk(_root))
+raise RuntimeError(f"poisoned private={_poison(os.environ['TRITON_CACHE_DIR'])} "
+                   f"shared={sum(map(_poison, _shared))} of {_found} in {len(_shared)} layers")
 ```"""
     with Evaluator(EvalConfig(device="cuda", sandbox="kernel", static_checks=False, timeout_s=120)) as ev:
+        honest_is_correct(ev)  # its kernel's launcher, built by the harness into the second layer
+        ev._server.launchers.drain()
         result = ev.evaluate(RELU, poison)
-        assert "poisoned private=" in result.error and "shared=0" in result.error, result.error
+        assert "poisoned private=" in result.error and " shared=0 of " in result.error, result.error
+        assert " in 2 layers" in result.error and " of 0 in" not in result.error, result.error
         assert "private=0" not in result.error, result.error  # the attack did overwrite its own compiled kernel
         honest_is_correct(ev)
 

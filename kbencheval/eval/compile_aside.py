@@ -29,6 +29,7 @@ class CompileAside:
         self.dry = False  # compiling_only: launches compile and run nothing
         self.count = 0  # compiles so far
         self.loading_s = 0.0  # of which, building launchers and loading modules (compiling_only)
+        self.launcher_types: list[list[str]] = []  # argument types of the kernels loaded (launchers.py)
 
     def install(self) -> None:
         """Wraps the Triton JIT's compile step; a Triton without it keeps compiles inside the phase."""
@@ -82,6 +83,9 @@ class CompileAside:
         """A compiled kernel's launcher (C that Triton builds with the system compiler, a fraction of a
         second per new signature) and its module on the device: otherwise both happen at its first launch,
         inside a trial. A kernel that cannot load (e.g. too much shared memory) raises there again."""
+        types = list(getattr(getattr(kernel, "src", None), "signature", {}).values())
+        if types not in self.launcher_types and not getattr(kernel.metadata, "tensordesc_meta", None):
+            self.launcher_types.append(types)  # for the harness to build once for later candidates
         clock = time.perf_counter()
         try:
             kernel._init_handles()

@@ -47,8 +47,8 @@ def _preload(plan: dict):
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _job_env(job: dict, plan: dict) -> None:
-    """Per-job folders: a private Triton cache (layered over the shared one), TMPDIR, HOME, extensions."""
+def _job_env(job: dict, plan: dict, layers: list[str]) -> None:
+    """Per-job folders: a private Triton cache (layered over the shared ones), TMPDIR, HOME, extensions."""
     from kbencheval.eval.sandbox import tritoncache  # imports triton: never before the sandbox is entered
 
     job_dir = job["job_dir"]
@@ -59,7 +59,11 @@ def _job_env(job: dict, plan: dict) -> None:
     if job["kind"] != "judge":  # the judge is the only writer of the shared cache
         os.environ["TRITON_CACHE_DIR"] = os.path.join(job_dir, "triton_cache")
         if plan.get("shared_cache"):
-            os.environ.update(TRITON_CACHE_MANAGER=tritoncache.MANAGER, **{tritoncache.SHARED_ENV: plan["shared_cache"]})
+            shared = [plan["shared_cache"]]
+            # The harness's launchers (launchers.py), read only where the worker cannot write them.
+            if plan.get("launcher_cache") and (plan.get("under_bwrap") or {"landlock-fs", "ro-root"} & set(layers)):
+                shared.append(plan["launcher_cache"])
+            os.environ.update(TRITON_CACHE_MANAGER=tritoncache.MANAGER, **{tritoncache.SHARED_ENV: os.pathsep.join(shared)})
     else:  # it compiles its own comparison kernels (judge_kernels) as it meets new dtypes
         os.environ["TRITON_CACHE_DIR"] = plan.get("shared_cache") or os.path.join(job_dir, "triton_cache")
     import tempfile
@@ -103,7 +107,7 @@ def _child(job: dict, plan: dict, layers: list[str]) -> None:
     sys.stdout = os.fdopen(1, "w", buffering=1)
     sys.stderr = os.fdopen(2, "w", buffering=1)
     done = sandbox.prepare_worker(plan, layers, job["job_dir"], job["kind"])
-    _job_env(job, plan)
+    _job_env(job, plan, layers)
     if job["kind"] != "judge":  # the judge is PID 1: a handler would let candidates' signals through
         import faulthandler
 

@@ -198,6 +198,8 @@ class Evaluator:
             self._ensure_server()  # raises only if the harness cannot run at all
             seeds = seeds or self.new_batch_seeds()
             result = self._evaluate_guarded(problem, text, backend or self.cfg.backend, seeds)
+            if self._server.launchers and isinstance(precompiled := result.checks.get("precompile"), dict):
+                self._server.launchers.request(precompiled.get("launchers"))  # the worker's report: checked there
             if _device_out_of_memory(result):
                 # The device is shared: other Evaluators' candidates may hold the memory this one needed (4 per
                 # H100 failed honest solutions this way). Once more, with the device and its memory to itself.

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kbencheval.eval.config import EvalConfig
 from kbencheval.eval.gate import physical_device_key
+from kbencheval.eval.launchers import shared_builder
 from kbencheval.eval.sandbox.env import sandbox_env
 from kbencheval.eval.session import tail
 
@@ -104,9 +105,12 @@ class _Server:
         shared_cache.mkdir(exist_ok=True)
         # KBENCH_SHARED_TRITON_CACHE=0 turns the judge-built shared layer off (benchmarks/sandbox_overhead.py).
         share = os.environ.get("KBENCH_SHARED_TRITON_CACHE", "1") != "0"
+        arch = None if cfg.on_cpu else nvidia_arch(cfg.device_index)
+        # Launchers the harness builds (launchers.py): NVIDIA's, for sandboxed workers.
+        self.launchers = shared_builder() if share and arch and cfg.sandbox != "none" else None
         plan = {"mode": "none" if cfg.sandbox == "none" else "kernel", "scratch": str(scratch),
                 "shared_cache": str(shared_cache) if share else "", "hide": [str(Path(p).resolve()) for p in hide],
-                "compile_arch": None if cfg.on_cpu else nvidia_arch(cfg.device_index)}
+                "launcher_cache": self.launchers.folder if self.launchers else "", "compile_arch": arch}
         cmd = [sys.executable, "-m", "kbencheval.eval.forkserver", json.dumps(plan)]
         self.protections = ["process-group", "timeout", "leftover-sweep", "env-allowlist",
                             "memory-rlimit" if cfg.on_cpu else "memory-watchdog"]

@@ -149,7 +149,8 @@ class CandidateWorker:
             outcome = f"stopped ({type(e).__name__})"
         self.checks["precompile"] = {"outcome": outcome, "kernels": self.compiles.count - before,
                                      "seconds": round(time.perf_counter() - clock, 3),
-                                     "loading_s": round(self.compiles.loading_s - loading, 4)}
+                                     "loading_s": round(self.compiles.loading_s - loading, 4),
+                                     "launchers": self.compiles.launcher_types}
 
     def checked_call(self, inputs: list) -> tuple[list, str | None]:
         """One forward under every run-time check; returns (outputs, violation or None)."""

@@ -8,7 +8,8 @@ artifacts are never promoted: nothing outside the candidate could check that a b
 its cache key without compiling the candidate's code again.
 
 Select it with TRITON_CACHE_MANAGER=kbencheval.eval.sandbox.tritoncache:LayeredCacheManager and
-KBENCH_TRITON_SHARED_CACHE=<shared folder>; TRITON_CACHE_DIR is the private folder.
+KBENCH_TRITON_SHARED_CACHE=<shared folders, os.pathsep between>; TRITON_CACHE_DIR is the private folder.
+The harness's launcher folder (kbencheval/eval/launchers.py) is the second shared layer.
 """
 
 from __future__ import annotations
@@ -24,26 +25,26 @@ MANAGER = "kbencheval.eval.sandbox.tritoncache:LayeredCacheManager"
 
 
 class LayeredCacheManager(FileCacheManager):
-    """Reads the private folder first, then the shared one; writes only the private one."""
+    """Reads the private folder first, then the shared ones in order; writes only the private one."""
 
     def __init__(self, key, override=False, dump=False):
         super().__init__(key, override=override, dump=dump)
-        shared = os.environ.get(SHARED_ENV)
-        self.shared_dir = os.path.join(shared, key) if shared and not (override or dump) else None
+        shared = [] if override or dump else [d for d in os.environ.get(SHARED_ENV, "").split(os.pathsep) if d]
+        self.shared_dirs = [os.path.join(d, key) for d in shared]
 
     def get_file(self, filename):
         found = super().get_file(filename)
-        if found is None and self.shared_dir:
-            path = os.path.join(self.shared_dir, filename)
-            return path if os.path.exists(path) else None
+        if found is None:
+            return next((p for d in self.shared_dirs if os.path.exists(p := os.path.join(d, filename))), None)
         return found
 
     def get_group(self, filename):
         group = super().get_group(filename)
-        if group is None and self.shared_dir and os.path.exists(os.path.join(self.shared_dir, f"__grp__{filename}")):
-            shared = FileCacheManager.__new__(FileCacheManager)
-            shared.cache_dir, shared.key, shared.lock_path = self.shared_dir, self.key, None
-            return FileCacheManager.get_group(shared, filename)
+        for folder in self.shared_dirs if group is None else []:
+            if os.path.exists(os.path.join(folder, f"__grp__{filename}")):
+                shared = FileCacheManager.__new__(FileCacheManager)
+                shared.cache_dir, shared.key, shared.lock_path = folder, self.key, None
+                return FileCacheManager.get_group(shared, filename)
         return group
 
 
