@@ -84,7 +84,8 @@ class CompileAside:
         second per new signature) and its module on the device: otherwise both happen at its first launch,
         inside a trial. A kernel that cannot load (e.g. too much shared memory) raises there again."""
         types = list(getattr(getattr(kernel, "src", None), "signature", {}).values())
-        if types not in self.launcher_types and not getattr(kernel.metadata, "tensordesc_meta", None):
+        descriptors = getattr(getattr(kernel, "metadata", None), "tensordesc_meta", None)
+        if types not in self.launcher_types and not descriptors:
             self.launcher_types.append(types)  # for the harness to build once for later candidates
         clock = time.perf_counter()
         try:

@@ -56,14 +56,15 @@ def _job_env(job: dict, plan: dict, layers: list[str]) -> None:
         os.makedirs(os.path.join(job_dir, name), exist_ok=True)
     os.environ.update(HOME=job_dir, TMPDIR=os.path.join(job_dir, "tmp"),
                       TORCH_EXTENSIONS_DIR=os.path.join(job_dir, "torch_extensions"))
-    if job["kind"] != "judge":  # the judge is the only writer of the shared cache
+    if job["kind"] != "judge":  # the judge writes the first shared layer, the harness the second
         os.environ["TRITON_CACHE_DIR"] = os.path.join(job_dir, "triton_cache")
         if plan.get("shared_cache"):
             shared = [plan["shared_cache"]]
             # The harness's launchers (launchers.py), read only where the worker cannot write them.
             if plan.get("launcher_cache") and (plan.get("under_bwrap") or {"landlock-fs", "ro-root"} & set(layers)):
                 shared.append(plan["launcher_cache"])
-            os.environ.update(TRITON_CACHE_MANAGER=tritoncache.MANAGER, **{tritoncache.SHARED_ENV: os.pathsep.join(shared)})
+            os.environ["TRITON_CACHE_MANAGER"] = tritoncache.MANAGER
+            os.environ[tritoncache.SHARED_ENV] = os.pathsep.join(shared)
     else:  # it compiles its own comparison kernels (judge_kernels) as it meets new dtypes
         os.environ["TRITON_CACHE_DIR"] = plan.get("shared_cache") or os.path.join(job_dir, "triton_cache")
     import tempfile
