@@ -434,6 +434,9 @@ def test_modelnew_is_built_at_the_first_request_not_before_ready():
     assert result.correct, result.error
     phases = result.checks["phases_s"]
     assert phases["build_s"] >= 1.5 and phases["load_s"] < 1.5
+    start = result.checks["start_s"]  # the worker's start, its job's start by part (take) included
+    assert set(start["job_init_parts_s"]) == {"problem_module_s", "tripwires_s", "audit_s"}
+    assert 0 < sum(start["job_init_parts_s"].values()) <= start["job_init_s"], start
     assert result.checks["harness_s"]["start"]["worker_s"] < 1.5 <= result.checks["harness_s"]["trials"]["worker_s"]
     assert broken.status == Status.COMPILE_ERROR and "ValueError: no" in broken.error, broken.error
 
