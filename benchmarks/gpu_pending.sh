@@ -9,6 +9,7 @@
 #   suite_events    the same, KernelBench-style eager timing, 1 pass: trusted vs eager speedups          (300)
 #   suite_4w        4 Evaluators on the GPU (device gate), 2 passes: candidates/min, reproducibility    (560)
 #   suite_8w        the same with 8 Evaluators                                                           (560)
+#   suite_8w_no_launchers  the same without the harness's launcher builds (KBENCH_LAUNCHER_CACHE=0)       (560)
 #   check_latency   kbench check cold vs served by kbench serve-eval                                      (240)
 #   engine          embedded engine tokens/s vs transformers generate, with the bandwidth floor           (500)
 #   megatron        tests/test_megatron_gpu.py and train_throughput.py --quick                            (560)
@@ -37,7 +38,7 @@
 set -u
 out=${1:?usage: bash benchmarks/gpu_pending.sh OUT_DIR STEP [STEP ...]}
 shift
-[ $# -gt 0 ] || { sed -n '2,36p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,37p' "$0"; exit 2; }
 py=${PYTHON:-python3}
 work="$out/work"
 mkdir -p "$work"
@@ -62,6 +63,8 @@ for step in "$@"; do
         --out "$work/eval_harness_4w_h100.json" ;;
     suite_8w) run suite_8w 560 "$py" benchmarks/eval_harness.py --device cuda --passes 2 --workers-per-device 8 \
         --out "$work/eval_harness_8w_h100.json" ;;
+    suite_8w_no_launchers) KBENCH_LAUNCHER_CACHE=0 run suite_8w_no_launchers 560 "$py" benchmarks/eval_harness.py \
+        --device cuda --passes 2 --workers-per-device 8 --out "$work/eval_harness_8w_no_launchers_h100.json" ;;
     check_latency) run check_latency 240 "$py" benchmarks/check_latency.py --device cuda:0 --repeats 3 \
         --out "$work/check_latency_h100.json" ;;
     engine) run engine 500 "$py" benchmarks/engine_throughput.py --device cuda --reps 2 --out "$work/engine_throughput_h100.json" ;;
