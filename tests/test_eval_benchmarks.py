@@ -54,3 +54,29 @@ def test_the_ledger_gap_is_what_the_gpu_holds_beyond_the_ledgers_count(tmp_path,
     later = dict(row, t=row["t"] + 2, gap_gb=-2.0)
     summary = probe.summarize([row, alone, later])
     assert (summary["gap_max_gb"], summary["gap_max_at_s"], summary["alone_samples"]) == (7.0, 0.0, 1)
+
+
+def test_breakdown_means_the_parts_and_counts_the_ramp_and_tail():
+    """Two Evaluators, three candidates over [0, 4]: A [0, 2], B [0, 3], C [2, 4]; fewer than two in
+    flight over [3, 4] only. Means are over candidates; a missing part is left out of its mean."""
+    import eval_harness_breakdown
+
+    def row(span, wall, ready):
+        return {"span_s": span, "wall_s": wall, "precompile": {"seconds": 0.5, "loading_s": 0.1},
+                "gate_s": {"memory": {"wait_s": ready + 0.5, "held_s": 1.0, "ready_after_s": ready}},
+                "worker_start_s": None}
+
+    result = {"summary": {"workers_per_device": 2},
+              "problems": [{"pass1": row([0, 2], 2.0, 0.3)}, {"pass1": row([0, 3], 3.0, 0.6)},
+                           {"pass1": row([2, 4], 2.0, 0.9)}]}
+    got = eval_harness_breakdown.breakdown(result)["pass1"]
+    assert got["wall"] == 2.333 and got["ready_after"] == 0.6 and got["mem_wait"] == 1.1
+    assert got["job_init"] is None and got["underfull"] == 1.0 and got["candidates"] == 3
+
+
+def test_breakdown_refuses_a_file_that_is_not_a_result(tmp_path, capsys):
+    import eval_harness_breakdown
+
+    (tmp_path / "x.json").write_text('{"summary": {}}')
+    assert eval_harness_breakdown.main([str(tmp_path / "x.json")]) == 2
+    assert "is not an eval_harness.py result" in capsys.readouterr().err

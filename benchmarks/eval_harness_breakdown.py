@@ -1,0 +1,87 @@
+"""Where a candidate's wall goes, from benchmarks/eval_harness.py results: per pass, the mean over candidates
+of each part of its critical path, and how long the pass ran with fewer candidates in flight than
+Evaluators (its ramp and tail).
+
+    python benchmarks/eval_harness_breakdown.py benchmarks/results/eval_harness_8w_h100_*call5*.json \
+        --out /tmp/breakdown.json
+
+Columns (seconds, means per candidate): wall; mem_wait, the wait for its memory reservation, and of it
+ready_after, the wait for its worker to be ready; mem_held; precompile and, of it, loading (launchers
+and modules); device_init, job_init and waited (the worker's start: its CUDA context, its job's start,
+and how long it waited for a job). underfull: seconds of the pass with fewer candidates in flight
+than Evaluators.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+PARTS = {
+    "wall": lambda r: r["wall_s"],
+    "mem_wait": lambda r: r["gate_s"]["memory"]["wait_s"],
+    "ready_after": lambda r: r["gate_s"]["memory"].get("ready_after_s"),
+    "mem_held": lambda r: r["gate_s"]["memory"]["held_s"],
+    "precompile": lambda r: (r.get("precompile") or {}).get("seconds"),
+    "loading": lambda r: (r.get("precompile") or {}).get("loading_s"),
+    "device_init": lambda r: (r.get("worker_start_s") or {}).get("device_init_s"),
+    "job_init": lambda r: (r.get("worker_start_s") or {}).get("job_init_s"),
+    "waited": lambda r: (r.get("worker_start_s") or {}).get("waited_for_job_s"),
+}
+
+
+def underfull_s(rows: list[dict], evaluators: int) -> float:
+    """Seconds of the pass with fewer than `evaluators` candidates in flight."""
+    events = sorted([(r["span_s"][0], 1) for r in rows] + [(r["span_s"][1], -1) for r in rows])
+    in_flight, last, total = 0, events[0][0], 0.0
+    for t, change in events:
+        if in_flight < evaluators:
+            total += t - last
+        in_flight, last = in_flight + change, t
+    return total
+
+
+def breakdown(result: dict) -> dict:
+    evaluators = result["summary"]["workers_per_device"]
+    out = {}
+    for name in sorted({k for p in result["problems"] for k in p if k.startswith("pass")}):
+        rows = [p[name] for p in result["problems"] if name in p and p[name].get("gate_s", {}).get("memory")]
+        if not rows:
+            continue
+        means = {}
+        for part, get in PARTS.items():
+            values = [v for v in map(get, rows) if v is not None]
+            means[part] = round(statistics.mean(values), 3) if values else None
+        out[name] = {**means, "underfull": round(underfull_s(rows, evaluators), 2), "candidates": len(rows)}
+    return out
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("results", nargs="+", type=Path, help="eval_harness.py --out files")
+    p.add_argument("--out", type=Path, help="write the table as JSON here")
+    args = p.parse_args(argv)
+    table = {}
+    for path in args.results:
+        try:
+            table[path.name] = breakdown(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError) as e:
+            print(f"eval_harness_breakdown: {path} is not an eval_harness.py result ({type(e).__name__}: {e})",
+                  file=sys.stderr)
+            return 2
+    columns = [*PARTS, "underfull"]
+    print(f"{'file':<48} {'pass':<6}" + "".join(f"{c:>12}" for c in columns))
+    for name, passes in table.items():
+        for pass_name, row in passes.items():
+            cells = "".join(f"{'-' if row[c] is None else row[c]:>12}" for c in columns)
+            print(f"{name[:48]:<48} {pass_name:<6}{cells}")
+    if args.out:
+        args.out.write_text(json.dumps(table, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
