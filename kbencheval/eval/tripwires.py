@@ -42,10 +42,16 @@ def os_thread_count() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+_pools_started_in: int | None = None  # the process that ran start_thread_pools (pools do not survive a fork)
+
+
 def start_thread_pools() -> None:
     """Torch (OpenMP) and numpy (BLAS, used by the Triton interpreter) start their pools at the first
     parallel op: start them before the baseline count, so an honest candidate does not look as if it
-    started threads."""
+    started threads. Once per process: the ops cost 0.06-0.08 s each time on a 2-core CPU."""
+    global _pools_started_in
+    if _pools_started_in == os.getpid():
+        return
     import numpy
 
     a = torch.ones(512, 512)
@@ -53,6 +59,7 @@ def start_thread_pools() -> None:
     torch.ones(1 << 20).copy_(torch.zeros(1 << 20))
     b = numpy.ones((512, 512), dtype=numpy.float32)
     (b @ b).sum()
+    _pools_started_in = os.getpid()
 
 
 class OpCapture(TorchDispatchMode):

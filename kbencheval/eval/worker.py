@@ -25,7 +25,8 @@ from kbencheval.eval.protocol import (Assign, CandidateJob, Channel, Failure, Ju
                                       Ready, RunPhase, Status)
 from kbencheval.eval.timing import Timer, profiled_report, time_models
 from kbencheval.eval.transfer import export_tensors
-from kbencheval.eval.tripwires import LaunchTracker, OpCapture, Tripwires, os_thread_count, poison
+from kbencheval.eval.tripwires import (LaunchTracker, OpCapture, Tripwires, os_thread_count, poison,
+                                       start_thread_pools)
 
 
 class CandidateWorker:
@@ -47,6 +48,9 @@ class CandidateWorker:
         self.timer = None
         self.profiler_warm = False
         self.exports = self.timed_exports = 0  # names each exported output file uniquely
+        # Before the job, not in it (Tripwires starts them too, before its thread count): the first
+        # parallel ops' thread pools were most of the job's start (tripwires_s in job_init_parts_s).
+        start_thread_pools()
         if self.device.type == "cuda":
             warm_run_time_checks(self.device)
 
