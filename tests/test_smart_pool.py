@@ -25,8 +25,11 @@ class FakeWorker:
     def evaluate(self, problem, text, backend):
         if text == "hang":
             time.sleep(600)
-        if text == "sleep":
+        if text == "sleep":  # says when it ran, so a test can see two of them overlap
+            start = time.time()
             time.sleep(2.0)
+            return EvalResult(status=Status.CORRECT, problem=problem.key, compiled=True, correct=True,
+                              checks={"ran": [start, time.time()]})
         if text.startswith("slow_first_time:"):  # still running when its neighbour's deadline replaces the worker
             marker = text.split(":", 1)[1]
             if not os.path.exists(marker):
@@ -86,9 +89,10 @@ def test_lanes_overlap_candidates_and_a_replaced_worker_reruns_its_bystanders(lo
     # took over a second, and a 2 s deadline on a 1 s sleep timed out.
     cfg = RewardConfig(num_workers=1, evaluators_per_worker=2, eval=EvalConfig(timeout_s=3.0), deadline_margin_s=2.0)
     pool = EvalPool(cfg, worker_cls=FakeWorker)
-    t0 = time.monotonic()
-    assert [r.status.value for r in pool.evaluate([(problem, "sleep")] * 2, backend="triton")] == ["correct"] * 2
-    assert time.monotonic() - t0 < 3.8  # side by side (one after the other takes 4 s or more)
+    both = pool.evaluate([(problem, "sleep")] * 2, backend="triton")
+    assert [r.status.value for r in both] == ["correct"] * 2
+    [first, second] = [r.checks["ran"] for r in both]
+    assert max(first[0], second[0]) < min(first[1], second[1])  # side by side: each started before the other ended
     results = pool.evaluate([(problem, "hang"), (problem, f"slow_first_time:{tmp_path / 'ran'}")], backend="triton")
     assert [r.status.value for r in results] == ["timeout", "correct"] and pool.replaced == 1
     pool.close()
