@@ -53,7 +53,10 @@ def kernel(tmp_path_factory):
         return triton.compile(ASTSource(module.scaled_mul, signature, constexprs={"BLOCK": 256}),
                               target=GPUTarget("cuda", 90, 32))
     finally:
-        os.environ.pop("TRITON_CACHE_DIR") if before is None else os.environ.update(TRITON_CACHE_DIR=before)
+        if before is None:
+            os.environ.pop("TRITON_CACHE_DIR")
+        else:
+            os.environ["TRITON_CACHE_DIR"] = before
 
 
 @pytest.fixture
@@ -99,6 +102,9 @@ def test_a_later_workers_launcher_is_the_harness_build(kernel, stand_in_libcuda,
     built = [f.result() for f in builder.request(reported + reported)]  # the same types once
     assert len(built) == 1 and built[0] and os.path.getsize(built[0]) > 0, builder.failures
     assert builder.request(reported) == []  # done already
+    other_pointees = [["*bf16" if t.startswith("*") else t for t in reported[0]]]
+    assert [f.result() for f in builder.request(other_pointees)] == built  # the same C: built once
+    assert len(builder.asked) == 2 and len(builder.built) == 1
 
     loaded = []
     monkeypatch.setattr(build, "_build", lambda *a, **k: pytest.fail("the worker built its own launcher"))

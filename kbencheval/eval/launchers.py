@@ -71,40 +71,39 @@ class LauncherBuilder:
 
     def __init__(self, folder: str):
         self.folder = folder
-        self.built: set[str] = set()  # keys done or in flight
+        self.asked: set[tuple[str, ...]] = set()  # type lists asked for (done or in flight)
+        self.built: set[str] = set()  # cache keys built: pointer types share one launcher
         self.failures = 0
         self._lock = threading.Lock()
         self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="launcher-build")
 
     def request(self, reports) -> list[cf.Future]:
         """Schedules a build for every new, checked entry of `reports` (a worker's list of type lists).
-        Never raises: it runs after a verdict, which must not be lost to it."""
+        Never raises, and only checks and queues: it runs after a verdict, on the Evaluator's path."""
         futures = []
         for types in filter(None, map(checked_types, reports[:16] if isinstance(reports, list) else [])):
-            try:
-                source, key = launcher_source(types)
-            except Exception as e:  # noqa: BLE001 - a Triton whose generator differs: no build
-                self._failed(e)
-                continue
             with self._lock:
-                if key in self.built or len(self.built) >= MAX_LAUNCHERS:
+                if types in self.asked or len(self.asked) >= MAX_LAUNCHERS:
                     continue
-                self.built.add(key)
-            futures.append(self._pool.submit(self._build, source, key))
+                self.asked.add(types)
+            futures.append(self._pool.submit(self._build, types))
         return futures
 
     def drain(self, timeout_s: float = 120) -> None:
         """Returns once every build asked for so far is done (one thread: they run in order)."""
         self._pool.submit(lambda: None).result(timeout=timeout_s)
 
-    def _build(self, source: str, key: str) -> str | None:
+    def _build(self, types: tuple[str, ...]) -> str | None:
         import sysconfig
 
-        from triton.backends.nvidia.driver import include_dirs, libraries, library_dirs
-        from triton.runtime.build import _build
-
-        target = os.path.join(self.folder, key, LAUNCHER + sysconfig.get_config_var("EXT_SUFFIX"))
         try:
+            from triton.backends.nvidia.driver import include_dirs, libraries, library_dirs
+            from triton.runtime.build import _build
+
+            source, key = launcher_source(types)
+            target = os.path.join(self.folder, key, LAUNCHER + sysconfig.get_config_var("EXT_SUFFIX"))
+            if key in self.built:  # the same C for other pointee types
+                return target
             with tempfile.TemporaryDirectory(dir=self.folder) as work:
                 c_file = os.path.join(work, LAUNCHER + ".c")
                 with open(c_file, "w") as f:
@@ -112,6 +111,7 @@ class LauncherBuilder:
                 built = _build(LAUNCHER, c_file, work, library_dirs(), include_dirs, libraries, [])
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 os.replace(built, target)  # whole, or not there: a worker never reads half a file
+            self.built.add(key)
             return target
         except Exception as e:  # noqa: BLE001 - an optimisation: workers then build their own, as before
             self._failed(e)
@@ -147,4 +147,5 @@ def shared_builder() -> LauncherBuilder | None:
 
 def counts() -> dict | None:
     """What this process's builder was asked to build and how many builds failed (for the benchmarks)."""
-    return None if _shared is None else {"asked": len(_shared.built), "failed": _shared.failures}
+    return None if _shared is None else {"asked": len(_shared.asked), "built": len(_shared.built),
+                                         "failed": _shared.failures}

@@ -1,15 +1,15 @@
-"""Triton's cache, one private folder per candidate over a shared folder that candidates only read.
+"""Triton's cache, one private folder per candidate over shared folders that candidates only read.
 
 A candidate writes compiled kernels into its own job folder, which is deleted with it, so it can
-never change what the next candidate loads. The shared folder is written only by the trusted judge
-(which runs no candidate code): at start it compiles one kernel, which builds Triton's driver
-helpers and a launcher, the compile work every candidate would otherwise repeat. A candidate's own
+never change what the next candidate loads. The first shared folder is written only by the trusted
+judge (which runs no candidate code): at start it compiles one kernel, which builds Triton's driver
+helpers and a launcher, the compile work every candidate would otherwise repeat. The second holds
+launchers the harness builds (kbencheval/eval/launchers.py). A candidate's own
 artifacts are never promoted: nothing outside the candidate could check that a binary belongs to
 its cache key without compiling the candidate's code again.
 
 Select it with TRITON_CACHE_MANAGER=kbencheval.eval.sandbox.tritoncache:LayeredCacheManager and
 KBENCH_TRITON_SHARED_CACHE=<shared folders, os.pathsep between>; TRITON_CACHE_DIR is the private folder.
-The harness's launcher folder (kbencheval/eval/launchers.py) is the second shared layer.
 """
 
 from __future__ import annotations
