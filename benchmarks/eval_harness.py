@@ -8,6 +8,8 @@
 
 `--workers-per-device N` runs N Evaluators on the device from N threads: compile and correctness
 overlap, timing is one at a time (kbencheval/eval/gate.py); the summary adds how long timings waited.
+Each pass after the first hands out the problems that took longest before first (`--order suite`:
+always the suite's order), as the reward pool does across RL steps.
 
 `--timing-mode trusted` (the default) times the reference in the judge and the candidate as graph
 replays on fresh inputs with outside bounds; `events` is the KernelBench-style eager mode. In trusted
@@ -44,6 +46,7 @@ from kbencheval.dataset import load_bundled  # noqa: E402
 from kbencheval.eval.harness import EvalConfig, start_evaluators  # noqa: E402
 from kbencheval.eval import launchers  # noqa: E402
 from kbencheval.eval.config import device_memory_per_evaluator  # noqa: E402
+from kbencheval.eval.schedule import EvalSeconds  # noqa: E402
 
 
 def cold_start_seconds(device: str, runs: int = 3) -> float:
@@ -92,12 +95,15 @@ class GpuBusy:
         return round(statistics.fmean(u for _, u in self.samples), 1) if self.samples else None
 
 
-def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict) -> None:
-    """Every bundled solution once; one thread per Evaluator pulls from a shared queue."""
+def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict,
+             history: EvalSeconds | None = None) -> None:
+    """Every bundled solution once; one thread per Evaluator pulls from a shared queue, in the suite's
+    order or, with `history`, the longest expected first (kbencheval/eval/schedule.py)."""
     t_pass = time.perf_counter()
     todo: queue.Queue = queue.Queue()
-    for p in problems:
-        todo.put(p)
+    order = history.longest_first([p.key for p in problems]) if history else range(len(problems))
+    for i in order:
+        todo.put(problems[i])
 
     def drain(ev) -> None:
         while True:
@@ -108,6 +114,8 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
             t, t_mono = time.perf_counter(), time.monotonic()
             r = ev.evaluate(p, "```python\n" + p.solution_source + "```")
             wall = time.perf_counter() - t
+            if history is not None:
+                history.record(p.key, wall)
             phases = r.checks.get("phases_s", {})
             own = sum(phases.values())
             rows[p.key][name] = {
@@ -165,14 +173,16 @@ def cpu_seconds() -> tuple[float, float, float]:
     return (sum(ticks) - idle) / per_s, sum(ticks) / per_s, own.user + own.system
 
 
-def run_passes(evaluators: list, problems: list, rows: dict, passes: int, device: str) -> tuple:
+def run_passes(evaluators: list, problems: list, rows: dict, passes: int, device: str, order: str) -> tuple:
     """Every pass in turn: (wall seconds, mean GPU busy %, GPU busy samples, CPU use) per pass, and what
-    the results said about the device and the sandbox."""
+    the results said about the device and the sandbox. `order` "longest-first": each pass after the
+    first starts the problems that took longest in the passes before."""
     pass_walls, gpu_busy, gpu_samples, cpu, meta = [], [], [], [], {}
+    history = EvalSeconds() if order == "longest-first" else None
     for n in range(passes):
         t_pass, cpu_before = time.perf_counter(), cpu_seconds()
         with GpuBusy(device) as busy:
-            run_pass(evaluators, problems, rows, f"pass{n + 1}", meta)
+            run_pass(evaluators, problems, rows, f"pass{n + 1}", meta, history)
         pass_walls.append(time.perf_counter() - t_pass)
         busy_s, all_s, own_s = (after - before for after, before in zip(cpu_seconds(), cpu_before))
         cpu.append({"machine_busy_percent": round(100 * busy_s / max(all_s, 1e-9), 1),
@@ -195,6 +205,9 @@ def main() -> int:
                     help="trusted timing: iterations before it may stop early (= 100: always 100)")
     ap.add_argument("--target-rse", type=float, default=EvalConfig.timing_target_rse,
                     help="trusted timing: stop once the speedup's relative standard error is this (0: never early)")
+    ap.add_argument("--order", default="longest-first", choices=["longest-first", "suite"],
+                    help="the order each pass hands out candidates: after the first pass, the longest first "
+                         "(by what the passes before took), or always the suite's")
     ap.add_argument("--compare-kernelbench", metavar="PATH", default="",
                     help="also run KernelBench's own harness (a local checkout) on the same candidates")
     ap.add_argument("--out", default="benchmarks/results/eval_harness.json")
@@ -212,7 +225,8 @@ def main() -> int:
     startup = time.perf_counter() - t
     rows = {p.key: {"problem": p.key} for p in problems}
     try:
-        pass_walls, gpu_busy, gpu_samples, cpu, meta = run_passes(evaluators, problems, rows, args.passes, args.device)
+        pass_walls, gpu_busy, gpu_samples, cpu, meta = run_passes(evaluators, problems, rows, args.passes, args.device,
+                                                                      args.order)
     finally:
         for ev in evaluators:
             ev.close()
@@ -232,6 +246,7 @@ def main() -> int:
         "device": device_name,
         "timing_mode": args.timing_mode,
         "workers_per_device": args.workers_per_device,
+        "order": args.order,
         "timed_iterations": {"max": cfg.iters, "min": cfg.min_iters, "target_rse": cfg.timing_target_rse},
         "timing_gate_wait_median_s": statistics.median(waits) if waits else None,
         "eager_fallbacks": sum("cannot capture" in (r["pass1"].get("timing_trust") or "") for r in rows.values()),

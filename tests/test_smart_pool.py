@@ -30,6 +30,10 @@ class FakeWorker:
             time.sleep(2.0)
             return EvalResult(status=Status.CORRECT, problem=problem.key, compiled=True, correct=True,
                               checks={"ran": [start, time.time()]})
+        if text.startswith("nap:"):  # takes that long, and says when it started
+            start = time.time()
+            time.sleep(float(text.split(":", 1)[1]))
+            return EvalResult(status=Status.CORRECT, problem=problem.key, checks={"started": start})
         if text.startswith("slow_first_time:"):  # still running when its neighbour's deadline replaces the worker
             marker = text.split(":", 1)[1]
             if not os.path.exists(marker):
@@ -59,6 +63,19 @@ def test_hung_and_crashed_candidates_cost_only_their_own_reward(local_ray):
     assert elapsed < 30  # the hang was cut at its deadline, not waited out
     # the replaced workers serve the next batch
     assert [r.status.value for r in pool.evaluate([(problem, "ok")] * 3, backend="triton")] == ["correct"] * 3
+    pool.close()
+
+
+def test_the_problems_slowest_so_far_start_first(local_ray):
+    quick, slow = (Problem(level=1, problem_id=i, name=n, source="") for i, n in ((1, "Quick"), (2, "Slow")))
+    pool = EvalPool(RewardConfig(num_workers=1, eval=EvalConfig(timeout_s=30.0)), worker_cls=FakeWorker)
+    pool.evaluate([(Problem(level=1, problem_id=3, name="Warm", source=""), "ok")], backend="triton")  # the actor's start
+    jobs = [(quick, "nap:0.05"), (slow, "nap:0.6")]
+    first = pool.evaluate(jobs, backend="triton")  # nothing known yet: the order given
+    assert first[0].checks["started"] < first[1].checks["started"]
+    second = pool.evaluate(jobs, backend="triton")  # the slow one goes first, results stay in job order
+    assert [r.problem for r in second] == [quick.key, slow.key]
+    assert second[1].checks["started"] < second[0].checks["started"]
     pool.close()
 
 

@@ -21,6 +21,7 @@ import ray
 from kbencheval.dataset import Problem
 from kbencheval.eval.harness import EvalConfig
 from kbencheval.eval.result import EvalResult, Status
+from kbencheval.eval.schedule import EvalSeconds
 from smart.config import RewardConfig
 
 
@@ -60,6 +61,7 @@ class EvalPool:
         self.replaced = 0  # workers killed for a deadline or a crash, over the pool's life
         self._restarts = [0] * cfg.num_workers  # fork server + judge restarts inside each worker's Evaluator
         self._retired_restarts = 0
+        self.eval_seconds = EvalSeconds()  # per problem, over the pool's life: the longest start first
 
     def _spawn(self, i: int):
         options = self.slots[i].options() if self.slots else {"num_gpus": 0}
@@ -74,7 +76,7 @@ class EvalPool:
     def _replace(self, i: int, inflight: dict, pending: list, idle: list) -> None:
         """A new worker in slot i. Candidates still running on the old one are not to blame: they go
         back to `pending` and run again on the new worker."""
-        for ref, (j, w, _) in list(inflight.items()):
+        for ref, (j, w, _, _) in list(inflight.items()):
             if w == i:
                 inflight.pop(ref)
                 pending.append(j)
@@ -88,23 +90,25 @@ class EvalPool:
     def evaluate(self, jobs: list[tuple[Problem, str]], backend: str) -> list[EvalResult]:
         wait_for = self.cfg.eval.timeout_s + self.cfg.deadline_margin_s
         results: list[EvalResult | None] = [None] * len(jobs)
-        pending = list(range(len(jobs)))[::-1]
-        inflight: dict = {}  # ref -> (job index, worker index, deadline)
+        # A step ends with its last reward: the problems slowest to evaluate so far go first (schedule.py).
+        pending = self.eval_seconds.longest_first([problem.key for problem, _ in jobs])[::-1]
+        inflight: dict = {}  # ref -> (job index, worker index, deadline, start)
         idle = [w for w in range(len(self.workers)) for _ in range(self.cfg.evaluators_per_worker)]  # free lanes
         while pending or inflight:
             while pending and idle:
                 j, w = pending.pop(), idle.pop()
                 problem, text = jobs[j]
                 ref = self.workers[w].evaluate.remote(problem, text, backend)
-                inflight[ref] = (j, w, time.monotonic() + wait_for)
-            wait_s = max(0.0, min(d for _, _, d in inflight.values()) - time.monotonic())
+                inflight[ref] = (j, w, time.monotonic() + wait_for, time.monotonic())
+            wait_s = max(0.0, min(d for _, _, d, _ in inflight.values()) - time.monotonic())
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=wait_s)
             for ref in ready:
                 if ref not in inflight:  # its worker was replaced meanwhile; the job went back to pending
                     continue
-                j, w, _ = inflight.pop(ref)
+                j, w, _, start = inflight.pop(ref)
                 try:
                     results[j] = ray.get(ref)
+                    self.eval_seconds.record(jobs[j][0].key, time.monotonic() - start)
                     self._restarts[w] = sum(results[j].checks.get("harness_restarts", {}).values())
                     idle.append(w)
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
@@ -113,7 +117,7 @@ class EvalPool:
                                           f"eval worker crashed: {type(e).__name__}: {cause[:300]}")
                     self._replace(w, inflight, pending, idle)
             now = time.monotonic()
-            for ref, (j, w, deadline) in list(inflight.items()):
+            for ref, (j, w, deadline, _) in list(inflight.items()):
                 if now >= deadline and ref in inflight:
                     inflight.pop(ref)
                     results[j] = _failure(
