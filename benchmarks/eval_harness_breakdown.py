@@ -7,8 +7,8 @@ Evaluators (its ramp and tail).
 
 Columns (seconds, means per candidate): wall; mem_wait, the wait for its memory reservation, and of it
 ready_after, the wait for its worker to be ready; mem_held; precompile and, of it, loading (launchers
-and modules); device_init, job_init and waited (the worker's start: its CUDA context, its job's start,
-and how long it waited for a job). underfull: seconds of the pass with fewer candidates in flight
+and modules); device_init, worker_init, job_init and waited (the worker's start: its CUDA context, its
+setup before a job, its job's start, and how long it waited for a job). underfull: seconds of the pass with fewer candidates in flight
 than Evaluators.
 """
 
@@ -28,6 +28,7 @@ PARTS = {
     "precompile": lambda r: (r.get("precompile") or {}).get("seconds"),
     "loading": lambda r: (r.get("precompile") or {}).get("loading_s"),
     "device_init": lambda r: (r.get("worker_start_s") or {}).get("device_init_s"),
+    "worker_init": lambda r: (r.get("worker_start_s") or {}).get("worker_init_s"),
     "job_init": lambda r: (r.get("worker_start_s") or {}).get("job_init_s"),
     "waited": lambda r: (r.get("worker_start_s") or {}).get("waited_for_job_s"),
 }

@@ -37,3 +37,24 @@ def test_a_new_kernel_and_a_rerouted_allowed_op_are_reported():
         rerouted._destroy()
         defined._destroy()
     assert snapshot.changes() == []
+
+
+def test_a_module_is_patched_when_it_is_imported_not_before(tmp_path, monkeypatch):
+    """The launch tracker wraps cpp_extension's load_inline only once something imports it."""
+    import sys
+
+    from kbencheval.eval.tripwires import when_imported
+
+    (tmp_path / "kb_lazy_probe.py").write_text("def load_inline():\n    return 'real'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    patched = []
+    when_imported("kb_lazy_probe", lambda m: patched.append(m) or setattr(m, "load_inline", lambda: "wrapped"))
+    assert patched == [] and "kb_lazy_probe" not in sys.modules
+    try:
+        from kb_lazy_probe import load_inline
+
+        assert load_inline() == "wrapped" and len(patched) == 1
+        when_imported("kb_lazy_probe", patched.append)  # already imported: patched at once
+        assert patched[-1] is sys.modules["kb_lazy_probe"] and len(patched) == 2
+    finally:
+        sys.modules.pop("kb_lazy_probe", None)

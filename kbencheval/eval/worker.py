@@ -35,6 +35,7 @@ class CandidateWorker:
 
     def __init__(self, device: str, chan: Channel, clock: dict | None = None):
         self.chan, self.clock = chan, clock if clock is not None else {}
+        marks = [time.perf_counter()]  # where the start goes (checks["start_s"]["worker_init_parts_s"])
         self.device = torch.device(device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -42,6 +43,7 @@ class CandidateWorker:
         self.tracker.install()
         self.compiles = CompileAside(chan, self.device)
         self.compiles.install()
+        marks.append(time.perf_counter())
         self.checks: dict = {"phases_s": {}}
         self.model = None
         self.take_parts_s: dict | None = None  # where the job's start went (take)
@@ -51,8 +53,12 @@ class CandidateWorker:
         # Before the job, not in it (Tripwires starts them too, before its thread count): the first
         # parallel ops' thread pools were most of the job's start (tripwires_s in job_init_parts_s).
         start_thread_pools()
+        marks.append(time.perf_counter())
         if self.device.type == "cuda":
             warm_run_time_checks(self.device)
+        marks.append(time.perf_counter())
+        self.init_parts_s = dict(zip(("hooks_s", "thread_pools_s", "warm_checks_s"),
+                                     (round(b - a, 4) for a, b in zip(marks, marks[1:]))))
 
     def take(self, job: CandidateJob) -> "CandidateWorker":
         clock = [time.perf_counter()]
@@ -82,7 +88,8 @@ class CandidateWorker:
                                       "worker_init_s": c["waiting"] - c["locked"],
                                       "waited_for_job_s": c["assigned"] - c["waiting"],
                                       "job_init_s": time.monotonic() - c["assigned"],
-                                      "job_init_parts_s": self.take_parts_s}
+                                      "job_init_parts_s": self.take_parts_s,
+                                      "worker_init_parts_s": self.init_parts_s}
         if not self.load():
             return
         self.chan.send(Ready(checks=self.checks))
