@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import kernelbench_compare  # noqa: E402  (beside this file)
 from kbencheval.dataset import load_bundled  # noqa: E402
 from kbencheval.eval.harness import EvalConfig, start_evaluators  # noqa: E402
-from kbencheval.eval import launchers  # noqa: E402
+from kbencheval.eval import kernel_cache, launchers  # noqa: E402
 from kbencheval.eval.config import device_memory_per_evaluator  # noqa: E402
 from kbencheval.eval.schedule import EvalSeconds  # noqa: E402
 
@@ -264,6 +264,7 @@ def main() -> int:
         "gpu_busy_percent": gpu_busy,
         "cpu_per_pass": cpu,  # machine-wide busy share and cores, and the harness process's own CPU seconds
         "launchers_built": launchers.counts(),  # by the harness for later candidates (launchers.py)
+        "kernels_compiled": kernel_cache.counts(),  # likewise, kernels from candidates' TTIR (kernel_cache.py)
         **per_pass_figures(rows, args.passes),
     }
     if kb_root is not None:

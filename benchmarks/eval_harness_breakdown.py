@@ -7,9 +7,10 @@ Evaluators (its ramp and tail).
 
 Columns (seconds, means per candidate): wall; mem_wait, the wait for its memory reservation, and of it
 ready_after, the wait for its worker to be ready; mem_held; precompile and, of it, loading (launchers
-and modules); device_init, worker_init, job_init and waited (the worker's start: its CUDA context, its
-setup before a job, its job's start, and how long it waited for a job). underfull: seconds of the pass with fewer candidates in flight
-than Evaluators.
+and modules); cached (a count), its kernels the harness had compiled (kernel_cache.py); device_init,
+worker_init, job_init and waited (the worker's start: its CUDA context, its setup before a job, its
+job's start, and how long it waited for a job). underfull: seconds of the pass with fewer candidates
+in flight than Evaluators.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ PARTS = {
     "mem_held": lambda r: r["gate_s"]["memory"]["held_s"],
     "precompile": lambda r: (r.get("precompile") or {}).get("seconds"),
     "loading": lambda r: (r.get("precompile") or {}).get("loading_s"),
+    "cached": lambda r: (r.get("precompile") or {}).get("kernels_cached"),
     "device_init": lambda r: (r.get("worker_start_s") or {}).get("device_init_s"),
     "worker_init": lambda r: (r.get("worker_start_s") or {}).get("worker_init_s"),
     "job_init": lambda r: (r.get("worker_start_s") or {}).get("job_init_s"),

@@ -52,6 +52,22 @@ def test_a_launcher_built_by_the_harness_serves_the_next_candidate(gpu_eval):
     assert second.checks["precompile"]["loading_s"] < 0.05, (first.checks["precompile"], second.checks["precompile"])
 
 
+def test_a_kernel_compiled_by_the_harness_serves_the_next_candidate(gpu_eval):
+    """kernel_cache.py: a worker reports its kernel's TTIR, the harness compiles it in its own sandboxed
+    child, and the next candidate with the same kernel loads that instead of compiling; still correct."""
+    from kbencheval.eval.kernel_cache import shared_compiler
+
+    leaky = next(p for p in load_bundled(1) if p.problem_id == 4)
+    first = gpu_eval.evaluate(leaky, "```python\n" + leaky.solution_source + "```")
+    gpu_eval._server.kernels.drain()
+    second = gpu_eval.evaluate(leaky, "```python\n" + leaky.solution_source + "```")
+    assert first.status == second.status == Status.CORRECT, (first.error, second.error)
+    assert "kernel_sources" not in first.checks["precompile"]  # the TTIR stays out of the verdict
+    assert gpu_eval._server.kernels is shared_compiler(None, 0) and gpu_eval._server.kernels.failures == 0
+    assert second.checks["precompile"]["kernels_cached"] == 1, (first.checks["precompile"], second.checks["precompile"])
+    assert second.checks["device_kernels"]["kernels"] == first.checks["device_kernels"]["kernels"]
+
+
 def test_the_judge_keeps_its_free_blocks_between_one_candidates_comparisons_only():
     """Compare.trim: the judge's blocks from one comparison serve the next (1 GB inputs and outputs, not
     freed and allocated again per trial); its last comparison gives them back."""

@@ -331,19 +331,22 @@ torch.cuda.synchronize()
 def _poison(root):  # every file it can reach, and a new one in every folder
     return sum(write_file(os.path.join(_folder, _f), 'poison') for _folder, _, _files in os.walk(root)
                for _f in _files + ['planted'])
-_shared = os.environ['KBENCH_TRITON_SHARED_CACHE'].split(os.pathsep)  # the judge's, the harness's launchers
+# The judge's layer, the harness's launchers and the kernels it compiled from candidates' TTIR.
+_shared = os.environ['KBENCH_TRITON_SHARED_CACHE'].split(os.pathsep) + [os.environ['KBENCH_KERNELS_FOLDER']]
 _found = sum(len(_files) for _root in _shared for _, _, _files in os.walk(_root))
 raise RuntimeError(f"poisoned private={_poison(os.environ['TRITON_CACHE_DIR'])} "
                    f"shared={sum(map(_poison, _shared))} of {_found} in {len(_shared)} layers")
 ```"""
     with Evaluator(EvalConfig(device="cuda", sandbox="kernel", static_checks=False, timeout_s=120)) as ev:
-        honest_is_correct(ev)  # its kernel's launcher, built by the harness into the second layer
+        honest_is_correct(ev)  # its launcher and its kernel, built by the harness into their folders
         ev._server.launchers.drain()
+        ev._server.kernels.drain()
         result = ev.evaluate(RELU, poison)
         assert "poisoned private=" in result.error and " shared=0 of " in result.error, result.error
-        assert " in 2 layers" in result.error and " of 0 in" not in result.error, result.error
+        assert " in 3 layers" in result.error and " of 0 in" not in result.error, result.error
         assert "private=0" not in result.error, result.error  # the attack did overwrite its own compiled kernel
-        honest_is_correct(ev)
+        after = honest_is_correct(ev)
+        assert after.checks["precompile"]["kernels_cached"] == 1, after.checks["precompile"]  # the harness's build
 
 
 def test_triton_cache_layers(tmp_path, monkeypatch):

@@ -58,13 +58,18 @@ def _job_env(job: dict, plan: dict, layers: list[str]) -> None:
                       TORCH_EXTENSIONS_DIR=os.path.join(job_dir, "torch_extensions"))
     if job["kind"] != "judge":  # the judge writes the first shared layer, the harness the second
         os.environ["TRITON_CACHE_DIR"] = os.path.join(job_dir, "triton_cache")
+        # What the harness builds (launchers.py, kernel_cache.py), only where the worker cannot write it.
+        read_only = plan.get("under_bwrap") or {"landlock-fs", "ro-root"} & set(layers)
         if plan.get("shared_cache"):
             shared = [plan["shared_cache"]]
-            # The harness's launchers (launchers.py), read only where the worker cannot write them.
-            if plan.get("launcher_cache") and (plan.get("under_bwrap") or {"landlock-fs", "ro-root"} & set(layers)):
+            if plan.get("launcher_cache") and read_only:
                 shared.append(plan["launcher_cache"])
             os.environ["TRITON_CACHE_MANAGER"] = tritoncache.MANAGER
             os.environ[tritoncache.SHARED_ENV] = os.pathsep.join(shared)
+        if plan.get("kernel_cache") and read_only and job["kind"] == "candidate":
+            from kbencheval.eval.kernel_cache import FOLDER_ENV
+
+            os.environ[FOLDER_ENV] = plan["kernel_cache"]
     else:  # it compiles its own comparison kernels (judge_kernels) as it meets new dtypes
         os.environ["TRITON_CACHE_DIR"] = plan.get("shared_cache") or os.path.join(job_dir, "triton_cache")
     import tempfile
@@ -117,8 +122,10 @@ def _child(job: dict, plan: dict, layers: list[str]) -> None:
     if job.get("memory_limit_bytes"):
         limit = int(job["memory_limit_bytes"])
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(job["socket"])
+    sock = None
+    if job.get("socket"):  # a compile child (kernel_cache.py) answers with its exit status only
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(job["socket"])
     if job["device"].startswith("cuda"):
         import torch
 
@@ -156,7 +163,8 @@ def main() -> None:
         os._exit(1)
     layers: list[str] = []  # filled in by the probe below
     missing: dict[str, str] = {}
-    server.start_helper({"probe": sandbox.probe_child, "judge": lambda p: _run_child(p["job"], plan, p["layers"])})
+    server.start_helper({"probe": sandbox.probe_child, "judge": lambda p: _run_child(p["job"], plan, p["layers"]),
+                         "idle": _idle_init})
     if plan.get("mode", "none") != "none":
         probe_dir = os.path.join(plan["scratch"], "probe")
         os.makedirs(probe_dir, exist_ok=True)
@@ -185,9 +193,11 @@ def main() -> None:
         if op == "spawn":
             job = msg["job"]
             try:
-                if job["kind"] == "judge" and "pid-ns" in layers:
-                    pid, init = server.spawn_init("judge", {"job": job, "layers": layers})
+                if job["kind"] in ("judge", "idle") and "pid-ns" in layers:  # "idle": the compile server's
+                    pid, init = server.spawn_init(job["kind"], {"job": job, "layers": layers})
                     judge = {pid, init}
+                elif job["kind"] == "idle":  # no PID namespace: compile children are plain children
+                    pid = init = None
                 else:
                     pid = os.fork()  # into the judge's PID namespace, when there is one
                     if pid == 0:
@@ -196,7 +206,7 @@ def main() -> None:
             except OSError as e:  # no PID namespace to fork into: its init, the judge, is gone
                 reply = {"error": f"cannot start the {job['kind']}: {e.strerror}"}
             else:
-                reply = {"pid": pid, "init": init if job["kind"] == "judge" and "pid-ns" in layers else pid}
+                reply = {"pid": pid, "init": init if job["kind"] in ("judge", "idle") else pid}
         elif op == "exit_status":
             reap()
             status = exits.pop(msg["pid"], None)
@@ -212,6 +222,15 @@ def main() -> None:
             reply = {"error": f"unknown op {op}"}
         out.write(json.dumps(reply) + "\n")
         out.flush()
+
+
+def _idle_init(_payload) -> None:
+    """PID 1 of the compile server's PID namespace (server.CompileServer): its compile children are
+    forked into it, as candidates' workers are into their judge's; it runs nothing and reaps orphans."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    while True:
+        signal.pause()
 
 
 def _run_child(job: dict, plan: dict, layers: list[str]) -> None:

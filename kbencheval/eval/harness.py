@@ -198,8 +198,12 @@ class Evaluator:
             self._ensure_server()  # raises only if the harness cannot run at all
             seeds = seeds or self.new_batch_seeds()
             result = self._evaluate_guarded(problem, text, backend or self.cfg.backend, seeds)
-            if self._server.launchers and isinstance(precompiled := result.checks.get("precompile"), dict):
-                self._server.launchers.request(precompiled.get("launchers"))  # the worker's report: checked there
+            if isinstance(precompiled := result.checks.get("precompile"), dict):  # the worker's reports: checked there
+                if self._server.launchers:
+                    self._server.launchers.request(precompiled.get("launchers"))
+                sources = precompiled.pop("kernel_sources", None)  # TTIR: too large to keep in a verdict
+                if self._server.kernels:
+                    self._server.kernels.request(sources)
             if _device_out_of_memory(result):
                 # The device is shared: other Evaluators' candidates may hold the memory this one needed (4 per
                 # H100 failed honest solutions this way). Once more, with the device and its memory to itself.

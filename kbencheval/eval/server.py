@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kbencheval.eval.config import EvalConfig
 from kbencheval.eval.gate import physical_device_key
+from kbencheval.eval.kernel_cache import shared_compiler
 from kbencheval.eval.launchers import shared_builder
 from kbencheval.eval.sandbox.env import sandbox_env
 from kbencheval.eval.session import tail
@@ -108,9 +109,13 @@ class _Server:
         arch = None if cfg.on_cpu else nvidia_arch(cfg.device_index)
         # Launchers the harness builds (launchers.py): NVIDIA's, for sandboxed workers.
         self.launchers = shared_builder() if share and arch and cfg.sandbox != "none" else None
+        # Kernels the harness compiles from candidates' reports (kernel_cache.py), in a server of their own.
+        self.kernels = (shared_compiler(functools.partial(CompileServer, cfg, hide), arch)
+                        if share and arch and cfg.sandbox != "none" else None)
         plan = {"mode": "none" if cfg.sandbox == "none" else "kernel", "scratch": str(scratch),
                 "shared_cache": str(shared_cache) if share else "", "hide": [str(Path(p).resolve()) for p in hide],
-                "launcher_cache": self.launchers.folder if self.launchers else "", "compile_arch": arch}
+                "launcher_cache": self.launchers.folder if self.launchers else "",
+                "kernel_cache": self.kernels.folder if self.kernels else "", "compile_arch": arch}
         cmd = [sys.executable, "-m", "kbencheval.eval.forkserver", json.dumps(plan)]
         self.protections = ["process-group", "timeout", "leftover-sweep", "env-allowlist",
                             "memory-rlimit" if cfg.on_cpu else "memory-watchdog"]
@@ -175,3 +180,38 @@ class _Server:
                 pass
         self.proc.wait()
         self.stderr.close()
+
+
+class CompileServer:
+    """The fork server that compiles reported kernels (kernel_cache.KernelCompiler): each compile is a
+    child under the workers' sandbox layers, its job folder its only writable place, no device."""
+
+    def __init__(self, cfg: EvalConfig, hide: list[str]):
+        self.scratch = tempfile.mkdtemp(prefix="kbench-compile-")
+        self._server = _Server(cfg, Path(self.scratch), hide)
+        # A PID namespace for the compiles, as the judge is for candidates (none without the layer).
+        reply = self._server.call(op="spawn", job={"kind": "idle", "job_dir": self.scratch, "device": "cpu"})
+        if "error" in reply:
+            self.close()
+            raise HarnessError(reply["error"])
+
+    def run(self, job_dir: str, arch: int, timeout_s: float) -> None:
+        """Compiles job_dir's kernel.ttir in a fresh child; raises unless it exits 0 within timeout_s."""
+        import time
+
+        reply = self._server.call(op="spawn", job={"kind": "compile", "device": "cpu", "job_dir": job_dir,
+                                                   "socket": "", "arch": arch})
+        if "error" in reply:
+            raise HarnessError(reply["error"])
+        deadline = time.monotonic() + timeout_s
+        while not (status := self._server.call(op="exit_status", pid=reply["pid"]))["known"]:
+            if time.monotonic() > deadline:
+                self._server.call(op="sweep")
+                raise TimeoutError(f"the compile took over {timeout_s:g}s")
+            time.sleep(0.02)
+        if status.get("code") != 0:
+            raise RuntimeError(f"the compile child failed: {tail(Path(job_dir) / 'worker.log', 2)}")
+
+    def close(self) -> None:
+        self._server.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)

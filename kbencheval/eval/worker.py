@@ -23,6 +23,7 @@ from kbencheval.eval.inputs import (DIGEST_WIDTH, as_tensor_list, build_model, i
                                     make_inputs, pin_global_flags, sync)
 from kbencheval.eval.protocol import (Assign, CandidateJob, Channel, Failure, JudgeJob, OutputItem, Outputs, ProtocolError,
                                       Ready, RunPhase, Status)
+from kbencheval.eval.kernel_cache import FOLDER_ENV, KernelLookup
 from kbencheval.eval.timing import Timer, profiled_report, time_models
 from kbencheval.eval.transfer import export_tensors
 from kbencheval.eval.tripwires import (LaunchTracker, OpCapture, Tripwires, os_thread_count, poison,
@@ -43,6 +44,10 @@ class CandidateWorker:
         self.tracker.install()
         self.compiles = CompileAside(chan, self.device)
         self.compiles.install()
+        self.kernels = None  # kernels the harness compiled (kernel_cache.py), where it offers them
+        if self.device.type == "cuda" and os.environ.get(FOLDER_ENV):
+            self.kernels = KernelLookup(os.environ[FOLDER_ENV])
+            self.kernels.install()
         marks.append(time.perf_counter())
         self.checks: dict = {"phases_s": {}}
         self.model = None
@@ -171,6 +176,8 @@ class CandidateWorker:
                                      "seconds": round(time.perf_counter() - clock, 3),
                                      "loading_s": round(self.compiles.loading_s - loading, 4),
                                      "launchers": self.compiles.launcher_types}
+        if self.kernels is not None:  # hits, and the misses' TTIR for the harness to compile (untrusted)
+            self.checks["precompile"].update(kernels_cached=self.kernels.hits, kernel_sources=self.kernels.misses)
 
     def checked_call(self, inputs: list) -> tuple[list, str | None]:
         """One forward under every run-time check; returns (outputs, violation or None)."""
@@ -396,6 +403,11 @@ def run_job(job: dict, sock, clock: dict | None = None) -> None:
     sets itself up and then waits for its candidate (`Assign`). `clock`: monotonic times of its start
     (forked, device_up, locked; here waiting, assigned), reported in checks["start_s"]."""
     os.chdir(job["job_dir"])
+    if job["kind"] == "compile":  # the harness's compile of a reported kernel (kernel_cache.py); no candidate code
+        from kbencheval.eval.kernel_cache import compile_job
+
+        compile_job(job["job_dir"], int(job["arch"]))
+        return
     if job["kind"] == "judge":
         from kbencheval.eval.judge import run_judge  # trusted; never runs candidate code
 
