@@ -192,7 +192,7 @@ def run_passes(evaluators: list, problems: list, rows: dict, passes: int, device
     return pass_walls, gpu_busy, gpu_samples, cpu, meta
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--levels", default="1,2,3")
@@ -211,7 +211,11 @@ def main() -> int:
     ap.add_argument("--compare-kernelbench", metavar="PATH", default="",
                     help="also run KernelBench's own harness (a local checkout) on the same candidates")
     ap.add_argument("--out", default="benchmarks/results/eval_harness.json")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
     kb_root = kernelbench_compare.check_checkout(args.compare_kernelbench) if args.compare_kernelbench else None
 
     problems = [p for level in map(int, args.levels.split(",")) for p in load_bundled(level)]
