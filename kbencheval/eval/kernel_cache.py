@@ -215,16 +215,10 @@ class KernelCompiler:
         self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernel-compile")
 
     def request(self, reports) -> list[cf.Future]:
-        """Queues a compile for every new, checked entry of a worker's report; never raises."""
-        futures = []
-        for ttir, options in filter(None, map(checked_report, reports[:MAX_REPORTS] if isinstance(reports, list) else [])):
-            key = kernel_key(ttir, options, self._backend_hash())
-            with self._lock:
-                if key in self.asked or len(self.asked) >= MAX_KERNELS:
-                    continue
-                self.asked.add(key)
-            futures.append(self._pool.submit(self._compile, key, ttir, options))
-        return futures
+        """Queues a worker's report; never raises. It runs after a verdict, on the Evaluator's path, so
+        the checks (a pass over up to 8 MB of text) run in the compile thread."""
+        entries = reports[:MAX_REPORTS] if isinstance(reports, list) else []
+        return [self._pool.submit(self._check_and_compile, entry) for entry in entries if isinstance(entry, dict)]
 
     def drain(self, timeout_s: float = 300) -> None:
         self._pool.submit(lambda: None).result(timeout=timeout_s)
@@ -239,6 +233,18 @@ class KernelCompiler:
         from triton.compiler.compiler import make_backend
 
         return make_backend(GPUTarget("cuda", self.arch, 32)).hash()
+
+    def _check_and_compile(self, report: dict) -> str | None:
+        """A new, well-formed report compiled; None for any other (malformed, asked before, over the cap)."""
+        if (checked := checked_report(report)) is None:
+            return None
+        ttir, options = checked
+        key = kernel_key(ttir, options, self._backend_hash())
+        with self._lock:
+            if key in self.asked or len(self.asked) >= MAX_KERNELS:
+                return None
+            self.asked.add(key)
+        return self._compile(key, ttir, options)
 
     def _compile(self, key: str, ttir: str, options: dict) -> str | None:
         clock = time.perf_counter()
