@@ -35,6 +35,8 @@ import tempfile
 import threading
 import time
 
+from kbencheval.eval.background import SerialBackground
+
 FILES = ("ttgir", "llir", "ptx", "cubin")
 MAX_TTIR_CHARS = 1 << 20
 MAX_REPORTS = 8  # kernels reported per candidate
@@ -212,19 +214,18 @@ class KernelCompiler:
         self.compiled = self.failures = 0
         self.seconds = 0.0
         self._lock = threading.Lock()
-        self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernel-compile")
+        self._background = SerialBackground("kernel-compile")
 
     def request(self, reports) -> list[cf.Future]:
         """Queues a worker's report; never raises. It runs after a verdict, on the Evaluator's path, so
         the checks (a pass over up to 8 MB of text) run in the compile thread."""
         entries = reports[:MAX_REPORTS] if isinstance(reports, list) else []
-        return [self._pool.submit(self._check_and_compile, entry) for entry in entries if isinstance(entry, dict)]
+        return [self._background.submit(self._check_and_compile, entry) for entry in entries if isinstance(entry, dict)]
 
     def drain(self, timeout_s: float = 300) -> None:
-        self._pool.submit(lambda: None).result(timeout=timeout_s)
+        self._background.drain(timeout_s)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
         if self._server is not None:
             self._server.close()
 

@@ -29,6 +29,8 @@ import sys
 import tempfile
 import threading
 
+from kbencheval.eval.background import SerialBackground
+
 # Scalars as Triton names them for the NVIDIA launcher (driver.ty_to_cpp); a pointer's pointee never
 # reaches the C, but is still held to a short name.
 _SCALAR = {"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "f32", "fp64",
@@ -75,7 +77,7 @@ class LauncherBuilder:
         self.built: set[str] = set()  # cache keys built: pointer types share one launcher
         self.failures = 0
         self._lock = threading.Lock()
-        self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="launcher-build")
+        self._background = SerialBackground("launcher-build")
 
     def request(self, reports) -> list[cf.Future]:
         """Schedules a build for every new, checked entry of `reports` (a worker's list of type lists).
@@ -86,12 +88,12 @@ class LauncherBuilder:
                 if types in self.asked or len(self.asked) >= MAX_LAUNCHERS:
                     continue
                 self.asked.add(types)
-            futures.append(self._pool.submit(self._build, types))
+            futures.append(self._background.submit(self._build, types))
         return futures
 
     def drain(self, timeout_s: float = 120) -> None:
         """Returns once every build asked for so far is done (one thread: they run in order)."""
-        self._pool.submit(lambda: None).result(timeout=timeout_s)
+        self._background.drain(timeout_s)
 
     def _build(self, types: tuple[str, ...]) -> str | None:
         import sysconfig
