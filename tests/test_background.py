@@ -1,6 +1,7 @@
 """The harness's optional background work (kbencheval/eval/background.py): in order, errors carried
 to the caller, and never holding the process's exit."""
 
+import os
 import subprocess
 import sys
 import time
@@ -26,3 +27,11 @@ def test_queued_work_does_not_hold_the_exit():
     t = time.monotonic()
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
     assert time.monotonic() - t < 20  # 90 s of queued work dropped
+
+
+def test_the_process_folder_goes_with_its_process():
+    probe = "from kbencheval.eval.background import process_folder\nprint(process_folder('kbench-test-'))\n"
+    folder = subprocess.run([sys.executable, "-c", probe], check=True, timeout=60, capture_output=True,
+                            text=True).stdout.strip()
+    assert folder.startswith("/var/tmp/kbench-test-")
+    assert not os.path.exists(folder)

@@ -1,12 +1,27 @@
-"""One daemon thread that runs queued calls in order, for the harness's optional work (launchers.py,
-kernel_cache.py). A ThreadPoolExecutor's thread would run everything still queued before the process
-could exit (dozens of kernel compiles after a `kbench eval`); a daemon thread is simply dropped."""
+"""What the harness's optional builds for later candidates share (launchers.py, kernel_cache.py): one
+daemon thread that runs queued calls in order (a ThreadPoolExecutor's thread would run everything
+still queued before the process could exit: dozens of kernel compiles after a `kbench eval`; a daemon
+thread is simply dropped), and the per-process folder the workers read their results from."""
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures as cf
 import queue
+import shutil
+import tempfile
 import threading
+
+
+def process_folder(prefix: str) -> str | None:
+    """A fresh folder under /var/tmp (a worker's private /tmp would hide /tmp), removed when this process
+    exits; None where there is none to write."""
+    try:
+        folder = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
+    except OSError:
+        return None
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 class SerialBackground:

@@ -26,16 +26,18 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures as cf
+import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
 import threading
 import time
 
-from kbencheval.eval.background import SerialBackground
+from kbencheval.eval.background import SerialBackground, process_folder
 
 FILES = ("ttgir", "llir", "ptx", "cubin")
 MAX_TTIR_CHARS = 1 << 20
@@ -61,6 +63,9 @@ VARYING = {
 }
 
 
+_STRING_OR_LOC = re.compile(r'"| loc\(')
+
+
 def strip_locations(text: str) -> str:
     """MLIR text without its location attributes (`loc(...)`, `#loc = ...` lines); string literals kept."""
     text = "\n".join(line for line in text.split("\n") if not line.startswith("#loc"))
@@ -72,25 +77,23 @@ def strip_locations(text: str) -> str:
             j += 2 if text[j] == "\\" else 1
         return j + 1
 
-    while i < n:
-        if text[i] == '"':
-            j = string_end(i)
-            out.append(text[i:j])
-            i = j
-        elif text.startswith(" loc(", i):
-            depth, j = 0, i + 4
-            while j < n:
-                if text[j] == '"':
-                    j = string_end(j)
-                    continue
-                depth += {"(": 1, ")": -1}.get(text[j], 0)
-                j += 1
-                if depth == 0:
-                    break
-            i = j
-        else:
-            out.append(text[i])
-            i += 1
+    while (m := _STRING_OR_LOC.search(text, i)) is not None:
+        out.append(text[i:m.start()])  # plain text copied in runs, not a character at a time
+        if m.group() == '"':
+            i = string_end(m.start())
+            out.append(text[m.start():i])
+            continue
+        depth, j = 0, m.start() + 4
+        while j < n:
+            if text[j] == '"':
+                j = string_end(j)
+                continue
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            j += 1
+            if depth == 0:
+                break
+        i = j
+    out.append(text[i:])
     return "".join(out)
 
 
@@ -229,6 +232,7 @@ class KernelCompiler:
         if self._server is not None:
             self._server.close()
 
+    @functools.cached_property
     def _backend_hash(self) -> str:
         from triton.backends.compiler import GPUTarget
         from triton.compiler.compiler import make_backend
@@ -240,7 +244,7 @@ class KernelCompiler:
         if (checked := checked_report(report)) is None:
             return None
         ttir, options = checked
-        key = kernel_key(ttir, options, self._backend_hash())
+        key = kernel_key(ttir, options, self._backend_hash)
         with self._lock:
             if key in self.asked or len(self.asked) >= MAX_KERNELS:
                 return None
@@ -307,13 +311,10 @@ def shared_compiler(start_server, arch: int) -> KernelCompiler | None:
     global _shared
     with _shared_lock:
         if _shared is None and os.environ.get(SWITCH, "1") != "0":
-            try:
-                folder = tempfile.mkdtemp(prefix="kbench-kernels-", dir="/var/tmp")
-            except OSError:
+            if (folder := process_folder("kbench-kernels-")) is None:
                 return None
             _shared = KernelCompiler(folder, start_server, arch)
-            atexit.register(shutil.rmtree, folder, ignore_errors=True)
-            atexit.register(_shared.close)
+            atexit.register(_shared.close)  # before the folder's removal (atexit runs last in first)
         return _shared
 
 

@@ -19,17 +19,15 @@ which the workers' private /tmp would hide; it is offered only to workers that c
 
 from __future__ import annotations
 
-import atexit
 import concurrent.futures as cf
 import hashlib
 import os
 import re
-import shutil
 import sys
 import tempfile
 import threading
 
-from kbencheval.eval.background import SerialBackground
+from kbencheval.eval.background import SerialBackground, process_folder
 
 # Scalars as Triton names them for the NVIDIA launcher (driver.ty_to_cpp); a pointer's pointee never
 # reaches the C, but is still held to a short name.
@@ -58,14 +56,6 @@ def launcher_source(types: tuple[str, ...]) -> tuple[str, str]:
 
     source = make_launcher({}, dict(enumerate(types)), None)
     return source, _base32(hashlib.sha256((source + platform_key()).encode("utf-8")).hexdigest())
-
-
-def _default_folder() -> str | None:
-    """/var/tmp, not /tmp: a worker's private /tmp would hide it. None where there is none to write."""
-    try:
-        return tempfile.mkdtemp(prefix="kbench-launchers-", dir="/var/tmp")
-    except OSError:
-        return None
 
 
 class LauncherBuilder:
@@ -140,10 +130,8 @@ def shared_builder() -> LauncherBuilder | None:
                 import triton.backends.nvidia.driver  # noqa: F401
             except ImportError:
                 return None
-            folder = _default_folder()
-            if folder is not None:
+            if (folder := process_folder("kbench-launchers-")) is not None:
                 _shared = LauncherBuilder(folder)
-                atexit.register(shutil.rmtree, folder, ignore_errors=True)
         return _shared
 
 
