@@ -143,6 +143,8 @@ def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict
                 "fresh_inputs": r.checks.get("fresh_inputs"),
                 # Per protocol phase, seconds the harness waited on the worker and on the judge.
                 "harness_s": r.checks.get("harness_s"),
+                # Per phase, where the worker's and the judge's requests spent it (parts.Parts; breakdown --parts).
+                "worker_parts_s": r.checks.get("worker_parts_s"), "judge_parts_s": r.checks.get("judge_parts_s"),
                 # The worker's own account of its start (device init, lock-down, init) and first trial.
                 "worker_start_s": r.checks.get("start_s"), "first_trial_s": r.checks.get("first_trials_s"),
                 "first_trial_parts_s": r.checks.get("first_trial_parts_s"),

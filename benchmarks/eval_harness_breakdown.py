@@ -62,19 +62,48 @@ def breakdown(result: dict) -> dict:
     return out
 
 
+def parts_summed(result: dict) -> dict:
+    """Per pass, seconds summed over its candidates: each side's parts per phase (worker_parts_s,
+    judge_parts_s) and the device gate's holds and waits per window."""
+    out = {}
+    for name in sorted({k for p in result["problems"] for k in p if k.startswith("pass")}):
+        totals: dict = {}
+        for row in (p[name] for p in result["problems"] if name in p):
+            for side in ("worker_parts_s", "judge_parts_s"):
+                for phase, parts in (row.get(side) or {}).items():
+                    for part, seconds in parts.items():
+                        key = f"{side.split('_')[0]}.{phase}.{part.removesuffix('_s')}"
+                        totals[key] = totals.get(key, 0.0) + seconds
+            for window, gate in (row.get("gate_s") or {}).items():
+                for what in ("wait_s", "held_s"):
+                    if isinstance(gate.get(what), (int, float)):
+                        key = f"gate.{window}.{what.removesuffix('_s')}"
+                        totals[key] = totals.get(key, 0.0) + gate[what]
+        if totals:
+            out[name] = {k: round(v, 2) for k, v in sorted(totals.items())}
+    return out
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("results", nargs="+", type=Path, help="eval_harness.py --out files")
     p.add_argument("--out", type=Path, help="write the table as JSON here")
+    p.add_argument("--parts", action="store_true",
+                   help="instead: per pass, seconds summed over candidates by side, phase and part, and per gate window")
     args = p.parse_args(argv)
     table = {}
     for path in args.results:
         try:
-            table[path.name] = breakdown(json.loads(path.read_text()))
+            table[path.name] = (parts_summed if args.parts else breakdown)(json.loads(path.read_text()))
         except (OSError, ValueError, KeyError) as e:
             print(f"eval_harness_breakdown: {path} is not an eval_harness.py result ({type(e).__name__}: {e})",
                   file=sys.stderr)
             return 2
+    if args.parts:
+        print_parts(table)
+        if args.out:
+            args.out.write_text(json.dumps(table, indent=1))
+        return 0
     columns = [*PARTS, "underfull"]
     print(f"{'file':<48} {'pass':<6}" + "".join(f"{c:>12}" for c in columns))
     for name, passes in table.items():
@@ -84,6 +113,16 @@ def main(argv: list[str]) -> int:
     if args.out:
         args.out.write_text(json.dumps(table, indent=1))
     return 0
+
+
+def print_parts(table: dict) -> None:
+    """One row per part, one column per file and pass."""
+    columns = [(name, pass_name) for name, passes in table.items() for pass_name in passes]
+    keys = sorted({k for passes in table.values() for row in passes.values() for k in row})
+    print(f"{'part':<40}" + "".join(f"{name[-14:-5] + ':' + pass_name[-1]:>14}" for name, pass_name in columns))
+    for key in keys:
+        cells = "".join(f"{table[n][q].get(key, '-'):>14}" for n, q in columns)
+        print(f"{key:<40}{cells}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from kbencheval.eval import judge_kernels
 from kbencheval.eval.errors import short_error
 from kbencheval.eval.inputs import (as_tensor_list, build_model, device_name, digest_bounds, digests_match,
                                     load_problem_module, make_inputs, output_digest, pin_global_flags, sync)
+from kbencheval.eval.parts import Parts
 from kbencheval.eval.protocol import (Channel, Compare, JudgeJob, OutputItem, Prepare, ProtocolError, Release, TimeReference,
                                       Trial, judge_keeps_outputs)
 from kbencheval.eval.timing import Timer, measure_bandwidth_gbs
@@ -192,28 +193,36 @@ class Judge:
         if wrong := check_items(msg.expected, msg.items):
             return {"ok": True, "protocol_error": wrong, "results": []}
         results = []
+        parts = Parts()  # where a comparison's time goes (checks["judge_parts_s"]); no extra syncs
         for item in msg.items:
             got = import_tensors(item.desc, msg.job_dir)
+            parts.mark("import_s")
             if msg.committed is not None:
                 # One snapshot in the judge's memory: the worker's process lives on while it is read, so
                 # the comparison and the digest must not see two different versions of its buffer.
                 got = [t.clone() if isinstance(t, torch.Tensor) else t for t in got]
+                parts.mark("snapshot_s")
             ref = self.timed_reference(item.trial) if msg.phase == "timed_outputs" else self.reference(item.trial)
+            parts.mark("reference_s")
             ok, message, stats = compare(ref, got, msg.tolerance, bool(item.trial.stress))
+            parts.mark("compare_s")
             # A right output must also be the one the timed iteration committed to (a wrong one is wrong).
             if ok and msg.committed is not None and \
                     not digests_match(msg.committed, output_digest(got, msg.digest_seed).tolist(), digest_bounds(got)):
                 return {"ok": True, "protocol_error": "the timed output recomputed for judging differs from the "
                         "one whose digest the worker sent in its round (beyond a nondeterministic kernel's "
                         "rounding)", "results": []}
+            parts.mark("digest_s")
             del got
+            parts.mark("release_s")  # the worker's memory unmapped (CUDA IPC)
             results.append({"trial": item.trial.key, "ok": ok, "message": message, "stats": stats})
             if not ok:
                 break
         sync(self.device)
         if msg.trim:
             self.release_memory()
-        return {"ok": True, "results": results, **self.kept()}
+        parts.mark("sync_trim_s")
+        return {"ok": True, "results": results, "parts_s": parts.seconds, **self.kept()}
 
     def release_memory(self) -> None:
         """Give the allocator's free blocks back to the device: the judge lives across candidates, and
@@ -233,19 +242,22 @@ class Judge:
                 self.bandwidth_gbs = measure_bandwidth_gbs(self.device)
             return {**reply, "bandwidth_gbs": self.bandwidth_gbs}
         if msg.setup:
+            parts = Parts()
             if self.timer_key != key:
                 self.release_memory()  # the trials' blocks: a graph's private pool could not reuse them
+                parts.mark("release_s")
                 model = torch.compile(self.model) if msg.spec.baseline == "compile" else self.model
-                self.timer = Timer(model, self.module, self.device, msg.spec, msg.trials[0])
+                self.timer = Timer(model, self.module, self.device, msg.spec, msg.trials[0], parts=parts)
                 self.timer_key, self.timer_eager = key, msg.spec.baseline != "compile"
             # From the timer's own buffers: a fresh input set and reference call beside them would be two
             # more sets of device memory, for a byte count.
             outputs = self.timer.output_for(msg.trials[0])
             io_bytes = sum(t.numel() * t.element_size() for t in [*self.timer.static_in, *outputs]
                            if isinstance(t, torch.Tensor))
+            parts.mark("io_bytes_s")
             # The reference's graph kernels: the harness's evidence that listing them works on this device.
             return {**reply, "mechanism": self.timer.mechanism, "fresh_inputs": self.timer.fresh.mechanism,
-                    "io_bytes": io_bytes, "device_kernels": self.timer.device_kernels}
+                    "io_bytes": io_bytes, "device_kernels": self.timer.device_kernels, "parts_s": parts.seconds}
         times, _ = self.timer.run(msg.trials)  # the worker's loop, digests included
         if self.device.type == "cuda":  # what a timing judge holds on the device (sizing shared GPUs)
             reply["reserved_bytes"] = torch.cuda.memory_reserved(self.device)

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from kbencheval.eval.device_kernels import check_report, kernel_violation
+from kbencheval.eval.parts import add_parts
 from kbencheval.eval.protocol import (CandidateJob, Compare, Compiled, Compiling, Failure, Outputs, ProtocolError,
                                       Ready, Resume, RunPhase, TimeReference, Trial)
 from kbencheval.eval.result import EvalResult, Status, TimingStats
@@ -38,7 +39,7 @@ HARNESS_KEYS = frozenset({"seeds", "static", "sizes", "stress_trials", "timing_r
                           "device_kernels", "reference_kernels", "physical_floor_us", "speedup_of_medians",
                           "device_gate", "harness_restarts", "harness_restarted", "served_by", "device_oom_retry",
                           "judge_reserved_gb", "harness_s", "compiles_aside", "fresh_inputs",
-                          "prepare_oom_retry"})
+                          "prepare_oom_retry", "judge_parts_s"})
 
 
 class _Verdict(Exception):
@@ -224,6 +225,8 @@ class Session:
 
     def judge_timing(self, msg: TimeReference) -> dict:
         reply = self.ev._judge_call(msg)
+        if isinstance(reply.get("parts_s"), dict):
+            add_parts(self.checks.setdefault("judge_parts_s", {}).setdefault("timing_setup", {}), reply["parts_s"])
         if not reply.get("ok"):
             raise _Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=True, checks=self.checks,
                                       error=f"the reference could not be timed: {reply.get('error')}"))
@@ -324,6 +327,7 @@ class Session:
                                             expected=expected, items=outputs.items,
                                             committed=committed, digest_seed=digest_seed, trim=trim))
         self.add_spent(outputs.phase, "judge_s", clock)
+        add_parts(self.checks.setdefault("judge_parts_s", {}).setdefault(outputs.phase, {}), reply.get("parts_s") or {})
         if not reply.get("ok"):
             raise _Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=True, checks=self.checks,
                                       error=f"could not read the candidate's outputs: {reply.get('error')}"))

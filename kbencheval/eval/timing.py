@@ -16,6 +16,7 @@ import torch
 
 from kbencheval.eval.device_kernels import device_report, graph_kernels, profiled_kernels
 from kbencheval.eval.inputs import as_tensor_list, inputs_fingerprint, make_inputs, output_digest, sync
+from kbencheval.eval.parts import Parts
 from kbencheval.eval.protocol import TimingSpec, Trial
 
 
@@ -103,10 +104,13 @@ class Timer:
     clock is perf_counter and the call is eager.
     """
 
-    def __init__(self, model, module, device: torch.device, spec: TimingSpec, first: Trial, on_eager_call=None):
+    def __init__(self, model, module, device: torch.device, spec: TimingSpec, first: Trial, on_eager_call=None,
+                 parts: Parts | None = None):
         self.model, self.module, self.device, self.spec = model, module, device, spec
         self.on_eager_call = on_eager_call  # the worker's stream/thread checks around an eager call
+        parts = parts or Parts()
         self.fresh = FreshInputs(module, device, first)
+        parts.mark("fresh_inputs_s")
         self.static_in = self.fresh.static
         self.flush = torch.empty(int(spec.l2_flush_bytes) // 4, dtype=torch.float32, device=device) \
             if device.type == "cuda" else None
@@ -126,14 +130,17 @@ class Timer:
                 torch.cuda.synchronize(device)
                 end_rng_capture_state(device)
                 self.mechanism = f"eager (cannot capture: {type(e).__name__}: {str(e).splitlines()[0][:120]})"
+        parts.mark("capture_s")
         with torch.no_grad():
             for _ in range(spec.warmup):
                 self._call()
         sync(device)
+        parts.mark("warmup_s")
         # One untimed pass of the timed loop: its allocations and first kernel loads (lazy module loading)
         # happen here, not in the first round, which the harness's wall clock bounds. The judge's timer
         # lives on across candidates and is warm already; without this the worker's first round was not.
         self.run([first])
+        parts.mark("untimed_pass_s")
 
     def _capture(self):
         with torch.no_grad():

@@ -24,6 +24,7 @@ from kbencheval.eval.inputs import (DIGEST_WIDTH, as_tensor_list, build_model, i
 from kbencheval.eval.protocol import (Assign, CandidateJob, Channel, Failure, JudgeJob, OutputItem, Outputs, ProtocolError,
                                       Ready, RunPhase, Status)
 from kbencheval.eval.kernel_cache import FOLDER_ENV, KernelLookup
+from kbencheval.eval.parts import Parts
 from kbencheval.eval.timing import Timer, profiled_report, time_models
 from kbencheval.eval.transfer import export_tensors
 from kbencheval.eval.tripwires import (LaunchTracker, OpCapture, Tripwires, os_thread_count, poison,
@@ -114,6 +115,10 @@ class CandidateWorker:
             finally:
                 self.compiles.in_phase = False
 
+    def parts(self, phase: str) -> Parts:
+        """Where this phase's requests spend their time, added up (checks["worker_parts_s"], for the benchmarks)."""
+        return Parts(self.checks.setdefault("worker_parts_s", {}).setdefault(phase, {}))
+
     def fail(self, status: Status, error: str, trial: str = "") -> bool:
         self.chan.send(Failure(status=status, error=error, trial=trial, checks=self.checks))
         return False
@@ -179,7 +184,7 @@ class CandidateWorker:
         if self.kernels is not None:  # hits, and the misses' TTIR for the harness to compile (untrusted)
             self.checks["precompile"].update(kernels_cached=self.kernels.hits, kernel_sources=self.kernels.misses)
 
-    def checked_call(self, inputs: list) -> tuple[list, str | None]:
+    def checked_call(self, inputs: list, parts: Parts) -> tuple[list, str | None]:
         """One forward under every run-time check; returns (outputs, violation or None)."""
         clock = [time.perf_counter()]
         before_inputs = inputs_fingerprint(inputs)  # not a clone: that was a second input set on the device
@@ -187,6 +192,7 @@ class CandidateWorker:
         self.tracker.reset(capture)
         self.tracker.active = True
         clock.append(time.perf_counter())  # the fingerprint's .tolist() waited for the device
+        parts.mark("fingerprint_s")
         try:
             with torch.no_grad(), capture:
                 out = self.model(*inputs)
@@ -194,11 +200,13 @@ class CandidateWorker:
         finally:
             self.tracker.active = False
         clock.append(time.perf_counter())
+        parts.mark("forward_s")
         outs = as_tensor_list(out)
         self.checks.setdefault("launches", []).append(self.tracker.launches)
         violation = self.tripwires.process_violation() or \
             self.tripwires.call_violation(capture, outs, before_inputs, inputs)
         clock.append(time.perf_counter())
+        parts.mark("checks_s")
         if "first_call_parts_s" not in self.checks:  # the first call's cost, by part (run_trials)
             self.checks["first_call_parts_s"] = dict(zip(("fingerprint_s", "forward_s", "checks_s"),
                                                           (b - a for a, b in zip(clock, clock[1:]))))
@@ -207,23 +215,26 @@ class CandidateWorker:
     def run_trials(self, request: RunPhase, prefix: str = "") -> bool:
         """Run each requested trial once; export every output for the judge."""
         clock = time.perf_counter()
+        parts = self.parts(request.phase)
         if self.device.type == "cuda":
             torch.cuda.ipc_collect()  # outputs of earlier requests, once the judge has let go of them
+        parts.mark("ipc_collect_s")
         items = []
         for trial in request.trials:
             self.exports += 1
             # The worker's first trial costs 0.1-0.5 s against 0.02-0.03 s for the next (H100): where it goes.
-            parts = self.checks.setdefault("first_trial_parts_s", {}) if self.exports == 1 else None
+            first = self.checks.setdefault("first_trial_parts_s", {}) if self.exports == 1 else None
             try:
                 step = time.perf_counter()
                 inputs = make_inputs(self.module, trial, self.device)
                 poison(self.device, self.job.poison_bytes)
-                if parts is not None:
+                if first is not None:
                     sync(self.device)
-                    parts["inputs_s"], step = time.perf_counter() - step, time.perf_counter()
-                outs, violation = self.checked_call(inputs)
-                if parts is not None:
-                    parts["call_s"], step = time.perf_counter() - step, time.perf_counter()
+                    first["inputs_s"], step = time.perf_counter() - step, time.perf_counter()
+                parts.mark("inputs_s")
+                outs, violation = self.checked_call(inputs, parts)
+                if first is not None:
+                    first["call_s"], step = time.perf_counter() - step, time.perf_counter()
             except BaseException as e:
                 if violation := self.tripwires.process_violation():
                     return self.fail(Status.REJECTED, prefix + violation, trial.key)
@@ -232,10 +243,11 @@ class CandidateWorker:
             if violation:
                 return self.fail(Status.REJECTED, prefix + violation, trial.key)
             desc = export_tensors(outs, self.job.job_dir, f"{request.phase}{self.exports}")
-            if parts is not None:
-                parts["export_s"] = time.perf_counter() - step
+            if first is not None:
+                first["export_s"] = time.perf_counter() - step
             items.append(OutputItem(trial=trial, desc=desc))
             del inputs, outs  # not alive while the next trial's inputs are made: a 3 GB input set twice over
+            parts.mark("export_s")
         phases = self.checks["phases_s"]  # trials come one request each: their times add up
         self.checks.setdefault(f"first_{request.phase}_s", time.perf_counter() - clock)  # Triton compiles here
         phases[f"{request.phase}_s"] = phases.get(f"{request.phase}_s", 0.0) + time.perf_counter() - clock
@@ -293,7 +305,7 @@ class CandidateWorker:
         self.give_back_free_blocks()
         try:
             self.timer = Timer(self.model, self.module, self.device, self.job.timing, request.timing_trials[0],
-                               on_eager_call=self.eager_call)
+                               on_eager_call=self.eager_call, parts=self.parts(request.phase))
             timing = {"mechanism": self.timer.mechanism, "fresh_inputs": self.timer.fresh.mechanism}
             if self.device.type == "cuda":
                 timing["device_kernels"] = self.timer.device_kernels or self.profiled_call()
@@ -363,10 +375,11 @@ class CandidateWorker:
         before the first cover the rounds; before a later one, no candidate code ran since the last."""
         if not self.timed_exports and (violation := self.timing_violation()):
             return self.fail(Status.REJECTED, "during timing: " + violation)
-        items = []
+        items, parts = [], self.parts(request.phase)
         for n, trial in enumerate(request.trials):
             try:
                 outs = self.timer.output_for(trial)
+                parts.mark("recompute_s")
             except BaseException as e:
                 if violation := self.tripwires.process_violation():
                     return self.fail(Status.REJECTED, "recomputing a timed output: " + violation)
@@ -377,8 +390,10 @@ class CandidateWorker:
             self.exports += 1
             self.timed_exports += 1
             items.append(OutputItem(trial=trial, desc=export_tensors(outs, self.job.job_dir, f"timed{self.exports}")))
+            parts.mark("export_s")
         if violation := self.timing_violation():
             return self.fail(Status.REJECTED, "during timing: " + violation)
+        parts.mark("checks_s")
         self.chan.send(Outputs(phase=request.phase, items=items, checks=self.checks))
         return True
 
