@@ -289,20 +289,33 @@ def test_a_workers_message_cannot_write_the_harnesss_checks():
     assert not set(HARNESS_KEYS) - {"timing_rounds"} & set(session.checks)
 
 
-def test_trials_stream_one_at_a_time_and_timed_outputs_are_recomputed_after_the_exclusive_rounds():
-    """Each correctness trial is asked for and judged alone (the worker and judge hold one trial's tensors);
-    each round's picked output is recomputed and judged after the rounds, against the digest the worker
-    sent in that round, sharing the device."""
+def test_trials_stream_one_at_a_time_and_timed_outputs_are_recomputed_after_the_exclusive_rounds(monkeypatch):
+    """Each correctness trial is asked for and judged alone (the worker and judge hold one trial's tensors),
+    the judge comparing one while the worker runs the next; each round's picked output is recomputed and
+    judged after the rounds, against the digest the worker sent in that round, sharing the device."""
     from kbencheval.dataset import load_bundled
     from kbencheval.eval.harness import EvalConfig, Evaluator
-    from kbencheval.eval.protocol import Compare
+    from kbencheval.eval.protocol import Compare, TimeReference
+    from kbencheval.eval.session import Session
 
     relu = next(p for p in load_bundled(1) if p.key == "L1_1_ReLU")
     cfg = EvalConfig(device="cpu", trials=3, timing_on_cpu=True, iters=20, warmup=1, timeout_s=120,
                      judge_cache_gb=0.0)  # 0: every reference is recomputed
+    order = []  # what the worker and the judge were asked, in turn
+    request = Session.request
+    monkeypatch.setattr(Session, "request", lambda self, msg: (order.append(("worker", msg.phase, msg.trials)),
+                                                               request(self, msg))[1])
     with Evaluator(cfg) as ev:
         compares, call = [], ev._judge_call
-        ev._judge_call = lambda msg: (compares.append(msg) if isinstance(msg, Compare) else None, call(msg))[1]
+
+        def judge_call(msg):
+            if isinstance(msg, Compare):
+                compares.append(msg)
+                order.append(("judge", msg.phase, [item.trial for item in msg.items]))
+            if isinstance(msg, TimeReference) and msg.setup:
+                order.append(("judge", "timing_setup", []))
+            return call(msg)
+        ev._judge_call = judge_call
         result = ev.evaluate(relu, "```python\n" + relu.solution_source + "```")
     assert result.status == Status.CORRECT, result.error
     trials = [c for c in compares if c.phase == "trials"]
@@ -313,9 +326,17 @@ def test_trials_stream_one_at_a_time_and_timed_outputs_are_recomputed_after_the_
     assert len({c.items[0].trial for c in timed}) == 8  # each a different iteration
     gate = result.checks["device_gate"]
     assert gate["timing_setup"]["end"] <= gate["timing"]["start"] and gate["timing"]["end"] <= gate["timed_outputs"]["start"]
-    assert len(gate["trials"]["holds"]) == len(trials)  # one hold per trial: a timer may go between them
-    # ... and one per picked output, and the worker's and the judge's timer setups each their own
-    assert len(gate["timed_outputs"]["holds"]) == len(timed) and len(gate["timing_setup"]["holds"]) == 2
+    # One hold per trial, and one for the last one's comparison: a timer may go between them ...
+    assert len(gate["trials"]["holds"]) == len(trials) + 1
+    asked = [trial for side, phase, trial in order if side == "worker" and phase == "trials"]
+    assert [step for step in order if step[1] == "trials"][:5] == [
+        ("worker", "trials", asked[0]), ("worker", "trials", asked[1]), ("judge", "trials", asked[0]),
+        ("worker", "trials", asked[2]), ("judge", "trials", asked[1])]  # each judged while the next runs
+    assert [step[2] for step in order if step[:2] == ("judge", "trials")] == asked  # every one, in order
+    # ... one per picked output, and one for both timers, which are built at once
+    assert len(gate["timed_outputs"]["holds"]) == len(timed) and len(gate["timing_setup"]["holds"]) == 1
+    setup = [step[0] for step in order if step[1] == "timing_setup"]
+    assert setup == ["worker", "judge"]  # the judge builds its timer while the worker builds its own
 
 
 def test_evaluators_start_side_by_side_each_with_its_own_fork_server():

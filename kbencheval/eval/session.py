@@ -63,6 +63,7 @@ class Session:
         self.spent = self.checks["harness_s"] = {}  # per phase: seconds waiting on the worker and on the judge
         self.compiled = False
         self.requested: list[Trial] = []
+        self.asked_at = 0.0  # when the pending request was sent
         self.kernels: dict = {}  # what the timed work ran, as the harness read it (checks["device_kernels"])
         self.watchdog = None
 
@@ -75,12 +76,7 @@ class Session:
             self.expect(Ready)
             self.add_spent("start", "worker_s", time.monotonic() if started is None else started)
             self.compiled = True
-            # One trial per request, judged before the next: the worker and the judge each hold one trial's
-            # tensors, not all of them (4 Evaluators ran an H100 out of memory that way). The device is
-            # shared per trial, so a timer waiting for it waits for one trial of each, not for all of them.
-            for trial in trials:  # Triton compiles in the first, on first call, with the device let go
-                with self.ev.device_share(gate_window(self.checks, "trials")) as hold:
-                    self.judge(self.ask(RunPhase(phase="trials", trials=[trial]), hold), trim=not timed)
+            self.run_trials(trials, trim=not timed)
             if not timed:
                 return EvalResult(Status.CORRECT, compiled=True, correct=True, checks=self.checks)
             if self.job.timing.mode == "trusted":
@@ -95,6 +91,23 @@ class Session:
         finally:
             if self.watchdog:
                 self.watchdog.stop()
+
+    def run_trials(self, trials: list[Trial], trim: bool) -> None:
+        """One trial per request: the worker and the judge each hold one trial's tensors, not all of them
+        (4 Evaluators ran an H100 out of memory that way). The judge compares a trial while the worker runs
+        the next: the worker then holds the trial it runs and the one being judged, as its reservation
+        counts (sizing.device_bytes_needed: a call's peak and one exported output). The device is shared
+        per trial, so a timer waiting for it waits for one trial of each, not for all of them."""
+        judged: tuple[Outputs, list[Trial]] | None = None  # the last trial's outputs, not yet judged
+        for trial in trials:  # Triton compiles in the first, on first call, with the device let go
+            with self.ev.device_share(gate_window(self.checks, "trials")) as hold:
+                self.request(RunPhase(phase="trials", trials=[trial]))
+                if judged is not None:
+                    self.judge(*judged, trim=False)
+                judged = (self.answer("trials", hold), [trial])
+        if judged is not None:
+            with self.ev.device_share(gate_window(self.checks, "trials")):
+                self.judge(*judged, trim=trim)
 
     def eager_timing(self, seeds: RunSeeds) -> EvalResult:
         """KernelBench-style timing in the worker; four timed calls, unknown to the candidate until now,
@@ -125,9 +138,10 @@ class Session:
         # for one step of ours, not for the whole setup or for all the picked outputs (on the H100, eight
         # Evaluators' timers spent 7-9 s of a 35-40 s pass waiting for such work to drain).
         with self.ev.device_share(gate_window(self.checks, "timing_setup")) as hold:
-            setup = self.ask(RunPhase(phase="timing_setup", trials=[], timing_trials=list(seeds.timing[:1])), hold)
-        with self.ev.device_share(gate_window(self.checks, "timing_setup")):
+            # Both timers at once, each in its own process.
+            self.request(RunPhase(phase="timing_setup", trials=[], timing_trials=list(seeds.timing[:1])))
             ref_setup = self.judge_timing(TimeReference(spec=spec, trials=list(seeds.timing[:1]), setup=True))
+            setup = self.answer("timing_setup", hold)
         eager = self.check_device_kernels(setup, ref_setup.get("device_kernels")) == "profiler"
         self.checks["fresh_inputs"] = {"reference": str(ref_setup.get("fresh_inputs", "")),
                                        "candidate": str(setup.timing.get("fresh_inputs", "")
@@ -264,15 +278,22 @@ class Session:
     def ask(self, request: RunPhase, hold=None) -> Outputs:
         """Sends `request` and returns the worker's outputs. `hold`: the phase's place on the device
         (gate.Hold), let go while the worker compiles; without one (the exclusive timing) it is kept."""
+        self.request(request)
+        return self.answer(request.phase, hold)
+
+    def request(self, request: RunPhase) -> None:
+        """`ask` in two steps, for work done meanwhile: the request, then its `answer`."""
         self.requested = list(request.trials)
-        clock = time.monotonic()
+        self.asked_at = time.monotonic()
         self.send(request)
+
+    def answer(self, phase: str, hold=None) -> Outputs:
         try:
-            while isinstance(reply := self.expect((Outputs, Compiling), request.phase), Compiling):
+            while isinstance(reply := self.expect((Outputs, Compiling), phase), Compiling):
                 self.compile_aside(hold)
             return reply
         finally:
-            self.add_spent(request.phase, "worker_s", clock)
+            self.add_spent(phase, "worker_s", self.asked_at)
 
     def send(self, msg) -> None:
         try:
