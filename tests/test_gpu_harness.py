@@ -143,7 +143,8 @@ def test_the_candidates_triton_compile_runs_with_the_device_let_go(gpu_eval):
     assert aside["count"] >= 1 and aside["device_let_go"] >= 1 and aside["seconds"] > 0, aside
     trials = result.checks["device_gate"]["trials"]
     compared = len(result.checks["correctness_trials"])
-    assert len(trials["holds"]) == compared + aside["device_let_go"], (trials["holds"], aside)
+    # One hold per trial, one for the last one's comparison, and one more after each compile let go of it.
+    assert len(trials["holds"]) == compared + 1 + aside["device_let_go"], (trials["holds"], aside)
 
 
 def test_the_worker_starts_while_its_memory_reservation_waits(gpu_eval):
@@ -227,6 +228,32 @@ def test_behaves_during_checks_then_stops_working(gpu_eval):
         """
     result = gpu_eval.evaluate(RELU, candidate(code))
     assert result.status in (Status.INCORRECT, Status.REJECTED), result.error
+
+
+def test_a_worker_that_exits_while_the_judge_reads_its_last_trial_leaves_the_judge_working(gpu_runtime_only):
+    """The judge compares a trial while the worker runs the next (Session.run_trials): here the worker exits
+    in its second trial, its memory freed under the judge's mapping of the first one's outputs. The
+    verdict is the crash, and the same Evaluator's judge then passes an honest candidate."""
+    code = """
+        import os
+
+        class ModelNew(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.calls = 0
+            def forward(self, x):
+                self.calls += 1
+                if self.calls == 2:  # its second trial (the precompile calls an instance of its own)
+                    os._exit(7)
+                y = torch.empty_like(x)
+                launch_relu(x, y)
+                return y
+        """
+    for _ in range(3):  # the exit and the judge's reading race: a few turns
+        crashed = gpu_runtime_only.evaluate(RELU, candidate(code))
+        assert crashed.status == Status.RUNTIME_ERROR, (crashed.status, crashed.error)
+        honest = gpu_runtime_only.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
+        assert honest.status == Status.CORRECT, honest.error
 
 
 def test_side_stream_at_run_time(gpu_runtime_only):
