@@ -108,3 +108,25 @@ def out_of_memory_once(real_call, kind: type, calls: list):
         return real_call(msg)
 
     return judge_call
+
+
+def record_requests(monkeypatch, ev) -> tuple[list, list]:
+    """Records, in turn, what `ev`'s sessions ask the worker and the judge: (order, compares). `order`:
+    ("worker" or "judge", phase, trials) per request, the judge's timer setups as phase "timing_setup";
+    `compares`: the judge's Compare messages."""
+    from kbencheval.eval.protocol import Compare, TimeReference
+    from kbencheval.eval.session import Session
+
+    order, compares, request, call = [], [], Session.request, ev._judge_call
+    monkeypatch.setattr(Session, "request", lambda self, msg: (order.append(("worker", msg.phase, msg.trials)),
+                                                               request(self, msg))[1])
+
+    def judge_call(msg):
+        if isinstance(msg, Compare):
+            compares.append(msg)
+            order.append(("judge", msg.phase, [item.trial for item in msg.items]))
+        if isinstance(msg, TimeReference) and msg.setup:
+            order.append(("judge", "timing_setup", []))
+        return call(msg)
+    ev._judge_call = judge_call
+    return order, compares

@@ -295,27 +295,13 @@ def test_trials_stream_one_at_a_time_and_timed_outputs_are_recomputed_after_the_
     judged after the rounds, against the digest the worker sent in that round, sharing the device."""
     from kbencheval.dataset import load_bundled
     from kbencheval.eval.harness import EvalConfig, Evaluator
-    from kbencheval.eval.protocol import Compare, TimeReference
-    from kbencheval.eval.session import Session
+    from tests.support import record_requests
 
     relu = next(p for p in load_bundled(1) if p.key == "L1_1_ReLU")
     cfg = EvalConfig(device="cpu", trials=3, timing_on_cpu=True, iters=20, warmup=1, timeout_s=120,
                      judge_cache_gb=0.0)  # 0: every reference is recomputed
-    order = []  # what the worker and the judge were asked, in turn
-    request = Session.request
-    monkeypatch.setattr(Session, "request", lambda self, msg: (order.append(("worker", msg.phase, msg.trials)),
-                                                               request(self, msg))[1])
     with Evaluator(cfg) as ev:
-        compares, call = [], ev._judge_call
-
-        def judge_call(msg):
-            if isinstance(msg, Compare):
-                compares.append(msg)
-                order.append(("judge", msg.phase, [item.trial for item in msg.items]))
-            if isinstance(msg, TimeReference) and msg.setup:
-                order.append(("judge", "timing_setup", []))
-            return call(msg)
-        ev._judge_call = judge_call
+        order, compares = record_requests(monkeypatch, ev)  # what the worker and the judge were asked, in turn
         result = ev.evaluate(relu, "```python\n" + relu.solution_source + "```")
     assert result.status == Status.CORRECT, result.error
     trials = [c for c in compares if c.phase == "trials"]
@@ -335,8 +321,8 @@ def test_trials_stream_one_at_a_time_and_timed_outputs_are_recomputed_after_the_
     assert [step[2] for step in order if step[:2] == ("judge", "trials")] == asked  # every one, in order
     # ... one per picked output, and one for both timers, which are built at once
     assert len(gate["timed_outputs"]["holds"]) == len(timed) and len(gate["timing_setup"]["holds"]) == 1
-    setup = [step[0] for step in order if step[1] == "timing_setup"]
-    assert setup == ["worker", "judge"]  # the judge builds its timer while the worker builds its own
+    # The judge builds its timer while the worker builds its own.
+    assert [step[0] for step in order if step[1] == "timing_setup"] == ["worker", "judge"]
 
 
 def test_evaluators_start_side_by_side_each_with_its_own_fork_server():

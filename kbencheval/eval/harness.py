@@ -30,7 +30,8 @@ from kbencheval.eval.result import EvalResult, Status, feedback_text
 from kbencheval.eval.sandbox.env import scrub
 from kbencheval.eval.server import HarnessError, _Server, bwrap_args, bwrap_profile, bwrap_works  # noqa: F401
 from kbencheval.eval.seeds import RunSeeds, stress_names
-from kbencheval.eval.session import Session, gate_window, kill_group, tail
+from kbencheval.eval.processes import kill_group
+from kbencheval.eval.session import Session, gate_window, tail
 from kbencheval.eval.sizing import CUDA_CONTEXT_BYTES, DEVICE_MEMORY_FRACTION, device_bytes_needed
 from kbencheval.extract import defines_model_new, extract_code, static_check
 

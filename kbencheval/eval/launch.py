@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kbencheval.eval.protocol import Assign, CandidateJob, decode, encode
 from kbencheval.eval.server import HarnessError
-from kbencheval.eval.session import kill_group, wait_gone
+from kbencheval.eval.processes import kill_group, wait_gone
 
 
 def accept_from(listener: socket.socket, pids: set[int], until: float) -> socket.socket:

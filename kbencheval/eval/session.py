@@ -7,17 +7,16 @@ but the answer to the current request is protocol abuse and the candidate is `re
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import re
 import signal
 import statistics
-import threading
 import time
 from pathlib import Path
 
 from kbencheval.eval.device_kernels import check_report, kernel_violation
 from kbencheval.eval.parts import add_parts
+from kbencheval.eval.processes import MemoryWatchdog
 from kbencheval.eval.protocol import (CandidateJob, Compare, Compiled, Compiling, Failure, Outputs, ProtocolError,
                                       Ready, Resume, RunPhase, TimeReference, Trial)
 from kbencheval.eval.result import EvalResult, Status, TimingStats
@@ -70,7 +69,7 @@ class Session:
     def run(self, trials: list[Trial], seeds: RunSeeds, started: float | None = None) -> EvalResult:
         """`started`: when the worker's fork was requested (its start, until Ready, is `harness_s["start"]`)."""
         cfg = self.ev.cfg
-        self.watchdog = _MemoryWatchdog(self.pid, cfg.memory_limit_gb) if not cfg.on_cpu else None
+        self.watchdog = MemoryWatchdog(self.pid, cfg.memory_limit_gb) if not cfg.on_cpu else None
         timed = self.job.timing.enabled  # more of this candidate's outputs follow the trials
         try:
             self.expect(Ready)
@@ -404,20 +403,6 @@ def correct_result(timing: dict | None, checks: dict) -> EvalResult:
     return result
 
 
-def kill_group(pid: int):
-    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-        try:
-            target()
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def wait_gone(pid: int, timeout: float = 3.0):
-    deadline = time.monotonic() + timeout
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
 def tail(path: Path, n: int = 3) -> str:
     try:
         lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
@@ -434,27 +419,3 @@ def last_exception_line(path: Path) -> str:
         return ""
     return next((line.strip()[:300] for line in reversed(lines)
                  if re.match(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*:", line.strip())), "")
-
-
-class _MemoryWatchdog:
-    """Kills a GPU worker whose resident host memory passes the cap (RLIMIT_AS would break CUDA)."""
-
-    def __init__(self, pid: int, limit_gb: float):
-        self.pid, self.limit_kb, self.tripped = pid, limit_gb * 2**20, False
-        self._stop = threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self):
-        while not self._stop.wait(0.2):
-            try:
-                with open(f"/proc/{self.pid}/status") as f:
-                    rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
-            except (OSError, StopIteration):
-                return
-            if rss > self.limit_kb:
-                self.tripped = True
-                kill_group(self.pid)
-                return
-
-    def stop(self):
-        self._stop.set()
