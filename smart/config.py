@@ -197,6 +197,9 @@ class RewardConfig:
     """One deadline rule: the per-candidate limit is the evaluator's own, reward.eval.timeout_s, so a
     slow candidate gets its clean `timeout` verdict; the pool replaces a worker only when it has not
     answered after eval.timeout_s + deadline_margin_s (a hang the evaluator could not cut, a crash)."""
+    worker_start_timeout_s: float = 600.0
+    """How long an eval worker may take to start (its Evaluators: fork server and judge) before the step
+    stops with an error. A candidate's deadline is counted from its worker's start, not its own."""
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     """kbencheval's EvalConfig, the same section `kbench run-one` / `kbench eval` take as eval.*:
     reward.eval.device=cuda reward.eval.trials=2 reward.eval.timeout_s=300 reward.eval.timing_mode=cuda_graph ..."""
@@ -206,8 +209,9 @@ class RewardConfig:
             raise ConfigError(f"reward.rejected_reward must be < 0 so rejected stays lowest, got {self.rejected_reward}")
         if self.num_gpus_per_worker not in (0, 1):
             raise ConfigError("reward.num_gpus_per_worker must be 0 (interpreter on CPU) or 1 (one GPU per eval worker)")
-        if self.num_workers < 1 or self.deadline_margin_s < 0:
-            raise ConfigError("reward.num_workers must be >= 1 and reward.deadline_margin_s >= 0")
+        if self.num_workers < 1 or self.deadline_margin_s < 0 or self.worker_start_timeout_s <= 0:
+            raise ConfigError("reward.num_workers must be >= 1, reward.deadline_margin_s >= 0 and "
+                              "reward.worker_start_timeout_s > 0")
         if self.evaluators_per_worker < 1:
             raise ConfigError(f"reward.evaluators_per_worker={self.evaluators_per_worker}: set it >= 1")
 

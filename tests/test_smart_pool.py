@@ -51,6 +51,55 @@ class FakeWorker:
         pass
 
 
+@ray.remote(num_cpus=0)
+class SlowStartWorker:
+    """A worker whose start takes eval_cfg.timeout_s (like Evaluators coming up), then scores every candidate correct."""
+
+    def __init__(self, eval_cfg, evaluators=1):
+        time.sleep(eval_cfg.timeout_s)
+
+    def evaluate(self, problem, text, backend):
+        return EvalResult(status=Status.CORRECT, problem=problem.key, compiled=True, correct=True)
+
+    def close(self):
+        pass
+
+
+@ray.remote(num_cpus=0)
+class BrokenStartWorker:
+    def __init__(self, eval_cfg, evaluators=1):
+        raise RuntimeError("no CUDA device")
+
+    def evaluate(self, problem, text, backend):
+        raise AssertionError("unreachable: the start failed")
+
+
+def test_a_candidates_deadline_starts_when_its_worker_has_started(local_ray):
+    """A real worker's Evaluators take seconds to start; a candidate waiting on that start is not late."""
+    problem = Problem(level=1, problem_id=1, name="ReLU", source="")
+    pool = EvalPool(RewardConfig(num_workers=1, eval=EvalConfig(timeout_s=3.0), deadline_margin_s=0.0),
+                    worker_cls=SlowStartWorker)  # starts in 3 s; each candidate's deadline is 3 s
+    results = pool.evaluate([(problem, "ok")] * 2, backend="triton")
+    assert [r.status.value for r in results] == ["correct"] * 2 and pool.replaced == 0
+    pool.close()
+
+
+@pytest.mark.parametrize("worker_cls, limit_s, error", [
+    (BrokenStartWorker, 60.0, "eval worker 0 failed to start: .*no CUDA device"),
+    (SlowStartWorker, 2.0, r"eval worker 0 did not start within reward.worker_start_timeout_s = 2s"),
+])
+def test_a_worker_that_cannot_start_stops_the_step_with_its_cause(local_ray, worker_cls, limit_s, error):
+    problem = Problem(level=1, problem_id=1, name="ReLU", source="")
+    pool = EvalPool(RewardConfig(num_workers=1, eval=EvalConfig(timeout_s=30.0), worker_start_timeout_s=limit_s),
+                    worker_cls=worker_cls)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=error):
+        pool.evaluate([(problem, "ok")], backend="triton")
+    assert time.monotonic() - t0 < limit_s + 10  # not the whole 30 s start
+    for worker in pool.workers:
+        ray.kill(worker)
+
+
 def test_hung_and_crashed_candidates_cost_only_their_own_reward(local_ray):
     problem = Problem(level=1, problem_id=1, name="ReLU", source="")
     pool = EvalPool(RewardConfig(num_workers=2, eval=EvalConfig(timeout_s=2.0), deadline_margin_s=1.5), worker_cls=FakeWorker)

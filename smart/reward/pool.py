@@ -7,11 +7,14 @@ One deadline rule: the per-candidate limit is the evaluator's own (`reward.eval.
 pool waits `eval.timeout_s + reward.deadline_margin_s` for a worker. A slow
 candidate therefore gets the evaluator's clean `timeout` verdict and its worker lives on; only a
 worker that stops answering altogether (a hang the evaluator could not cut, a crash) is replaced,
-its candidate scored `timeout` / `runtime_error`, and the rest of the step goes on.
+its candidate scored `timeout` / `runtime_error`, and the rest of the step goes on. A candidate's
+deadline starts when its worker has started (its Evaluators take seconds to come up); a worker that
+fails to start within `reward.worker_start_timeout_s` stops the step with an error.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import time
@@ -57,6 +60,7 @@ class EvalPool:
     def __init__(self, cfg: RewardConfig, slots: list | None = None, worker_cls=EvalWorker):
         """`slots`: placement-group slots for GPU eval workers (one per worker); None on CPU."""
         self.cfg, self.worker_cls, self.slots = cfg, worker_cls, slots
+        self._starting: dict[int, tuple] = {}  # worker index -> (its ready ref, when it was spawned)
         self.workers = [self._spawn(i) for i in range(cfg.num_workers)]
         self.replaced = 0  # workers killed for a deadline or a crash, over the pool's life
         self._restarts = [0] * cfg.num_workers  # fork server + judge restarts inside each worker's Evaluator
@@ -66,7 +70,27 @@ class EvalPool:
     def _spawn(self, i: int):
         options = self.slots[i].options() if self.slots else {"num_gpus": 0}
         lanes = self.cfg.evaluators_per_worker
-        return self.worker_cls.options(**options, max_concurrency=lanes).remote(self.cfg.eval, evaluators=lanes)
+        worker = self.worker_cls.options(**options, max_concurrency=lanes).remote(self.cfg.eval, evaluators=lanes)
+        self._starting[i] = (worker.__ray_ready__.remote(), time.monotonic())
+        return worker
+
+    def _check_starts(self, ready: list, inflight: dict, wait_for: float) -> None:
+        """Workers whose start finished in `ready` begin their candidates' deadlines now; a start that
+        failed or ran past its limit stops the step, since no candidate could be scored on that worker."""
+        now = time.monotonic()
+        for i, (ref, spawned) in list(self._starting.items()):
+            if ref in ready:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayError as e:
+                    raise RuntimeError(f"eval worker {i} failed to start: {_last_line(e)}") from None
+                del self._starting[i]
+                for job, (j, w, deadline, start) in inflight.items():
+                    if w == i:
+                        inflight[job] = (j, w, now + wait_for, now)
+            elif now - spawned >= self.cfg.worker_start_timeout_s:
+                raise RuntimeError(f"eval worker {i} did not start within reward.worker_start_timeout_s = "
+                                   f"{self.cfg.worker_start_timeout_s:g}s; raise it or check the worker's log")
 
     def metrics(self) -> dict[str, float]:
         """Over the pool's life: workers replaced, and processes each Evaluator restarted after they died."""
@@ -99,11 +123,16 @@ class EvalPool:
                 j, w = pending.pop(), idle.pop()
                 problem, text = jobs[j]
                 ref = self.workers[w].evaluate.remote(problem, text, backend)
-                inflight[ref] = (j, w, time.monotonic() + wait_for, time.monotonic())
-            wait_s = max(0.0, min(d for _, _, d, _ in inflight.values()) - time.monotonic())
-            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=wait_s)
+                deadline = math.inf if w in self._starting else time.monotonic() + wait_for
+                inflight[ref] = (j, w, deadline, time.monotonic())
+            limits = [d for _, _, d, _ in inflight.values()]
+            limits += [spawned + self.cfg.worker_start_timeout_s for _, spawned in self._starting.values()]
+            wait_s = max(0.0, min(limits) - time.monotonic())
+            starts = [ref for ref, _ in self._starting.values()]
+            ready, _ = ray.wait(list(inflight) + starts, num_returns=1, timeout=wait_s)
+            self._check_starts(ready, inflight, wait_for)
             for ref in ready:
-                if ref not in inflight:  # its worker was replaced meanwhile; the job went back to pending
+                if ref not in inflight:  # a worker's start, or its worker was replaced and the job went back to pending
                     continue
                 j, w, _, start = inflight.pop(ref)
                 try:
@@ -112,9 +141,10 @@ class EvalPool:
                     self._restarts[w] = sum(results[j].checks.get("harness_restarts", {}).values())
                     idle.append(w)
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
-                    cause = next((line for line in reversed(str(e).strip().splitlines()) if line.strip()), "")
-                    results[j] = _failure(jobs[j][0], Status.RUNTIME_ERROR,
-                                          f"eval worker crashed: {type(e).__name__}: {cause[:300]}")
+                    if w in self._starting:  # did it fail to start, or start and then crash on this candidate?
+                        started, _ = ray.wait([self._starting[w][0]], timeout=30)
+                        self._check_starts(started, inflight, wait_for)
+                    results[j] = _failure(jobs[j][0], Status.RUNTIME_ERROR, f"eval worker crashed: {_last_line(e)}")
                     self._replace(w, inflight, pending, idle)
             now = time.monotonic()
             for ref, (j, w, deadline, _) in list(inflight.items()):
@@ -139,3 +169,9 @@ class EvalPool:
 def _failure(problem: Problem, status: Status, error: str) -> EvalResult:
     # No feedback text here: kbencheval.prompts.feedback_message frames the status and error for the model.
     return EvalResult(status=status, problem=problem.key, error=error)
+
+
+def _last_line(error: Exception) -> str:
+    """A Ray error's last non-empty line (its cause), after the error's type."""
+    cause = next((line for line in reversed(str(error).strip().splitlines()) if line.strip()), "")
+    return f"{type(error).__name__}: {cause[:300]}"
