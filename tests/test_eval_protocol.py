@@ -185,6 +185,18 @@ def test_a_candidate_reserves_what_its_reference_needs_on_the_device():
     roomy = dataclasses.replace(cfg, judge_cache_gb=8.0)
     assert device_bytes_needed(relu, roomy) == device_bytes_needed(relu, cfg) + 8 * gb
     assert device_bytes_needed(tiny, cfg) < 4 * gb  # dozens of small candidates fit an 80 GB device
+    # A request of picked timed outputs holds all but the last as copies in the worker, beyond one trial's
+    # outputs: 7 of 8 at 32 MB (6 more), 1 of 2 at 128 MB (none more); a 1 GB one is judged alone.
+    from kbencheval.eval import sizing
+
+    def reserved(output_mb: int, one_per_request: bool = False) -> int:
+        prep = {"output_bytes": [output_mb << 20], "input_bytes": 0, "call_peak_bytes": 0, "model_bytes": 0}
+        with pytest.MonkeyPatch.context() as patch:
+            if one_per_request:
+                patch.setattr(sizing, "timed_outputs_per_request", lambda output_bytes: 1)
+            return device_bytes_needed(prep, cfg)
+    assert reserved(32) - reserved(32, one_per_request=True) == 6 * (32 << 20)
+    assert reserved(128) == reserved(128, one_per_request=True) and reserved(1024) == reserved(1024, one_per_request=True)
 
 
 def test_the_judge_caches_only_outputs_that_leave_room_for_four():
@@ -289,14 +301,19 @@ def test_a_workers_message_cannot_write_the_harnesss_checks():
     assert not set(HARNESS_KEYS) - {"timing_rounds"} & set(session.checks)
 
 
-def test_trials_stream_one_at_a_time_and_timed_outputs_are_recomputed_after_the_exclusive_rounds(monkeypatch):
+@pytest.mark.parametrize("per_request, batches", [(8, [8]), (3, [3, 3, 2]), (1, [1] * 8)])
+def test_trials_stream_one_at_a_time_and_timed_outputs_are_recomputed_after_the_exclusive_rounds(
+        monkeypatch, per_request, batches):
     """Each correctness trial is asked for and judged alone (the worker and judge hold one trial's tensors),
-    the judge comparing one while the worker runs the next; each round's picked output is recomputed and
-    judged after the rounds, against the digest the worker sent in that round, sharing the device."""
+    the judge comparing one while the worker runs the next; each round's picked outputs are recomputed and
+    judged after the rounds, `per_request` at a time (as many as fit rounds.TIMED_BATCH_BYTES), each
+    against the digest the worker sent in its round, sharing the device."""
     from kbencheval.dataset import load_bundled
+    from kbencheval.eval import harness
     from kbencheval.eval.harness import EvalConfig, Evaluator
     from tests.support import record_requests
 
+    monkeypatch.setattr(harness, "timed_outputs_per_request", lambda output_bytes: per_request)
     relu = next(p for p in load_bundled(1) if p.key == "L1_1_ReLU")
     cfg = EvalConfig(device="cpu", trials=3, timing_on_cpu=True, iters=20, warmup=1, timeout_s=120,
                      judge_cache_gb=0.0)  # 0: every reference is recomputed
@@ -307,9 +324,11 @@ def test_trials_stream_one_at_a_time_and_timed_outputs_are_recomputed_after_the_
     trials = [c for c in compares if c.phase == "trials"]
     assert len(trials) == 3 + len(result.checks["stress_trials"]) and all(len(c.items) == 1 for c in trials)
     timed = [c for c in compares if c.phase == "timed_outputs"]
-    assert len(result.checks["timing_rounds"]) == 4 and len(timed) == 8  # 20 iterations: two picks a round
-    assert all(c.committed and len(c.items) == 1 for c in timed) and len({c.digest_seed for c in timed}) == 4
-    assert len({c.items[0].trial for c in timed}) == 8  # each a different iteration
+    assert len(result.checks["timing_rounds"]) == 4  # 20 iterations: two picks a round, 8 in all
+    assert [len(c.items) for c in timed] == [len(c.committed) for c in timed] == batches
+    assert len({seed for c in timed for seed in c.digest_seeds}) == 4  # each held to its own round's digest
+    assert len({item.trial for c in timed for item in c.items}) == 8  # each a different iteration
+    assert [c.trim for c in timed] == [False] * (len(batches) - 1) + [True]
     gate = result.checks["device_gate"]
     assert gate["timing_setup"]["end"] <= gate["timing"]["start"] and gate["timing"]["end"] <= gate["timed_outputs"]["start"]
     # One hold per trial, and one for the last one's comparison: a timer may go between them ...
@@ -319,7 +338,7 @@ def test_trials_stream_one_at_a_time_and_timed_outputs_are_recomputed_after_the_
         ("worker", "trials", asked[0]), ("worker", "trials", asked[1]), ("judge", "trials", asked[0]),
         ("worker", "trials", asked[2]), ("judge", "trials", asked[1])]  # each judged while the next runs
     assert [step[2] for step in order if step[:2] == ("judge", "trials")] == asked  # every one, in order
-    # ... one per picked output, and one for both timers, which are built at once
+    # ... one per request of picked outputs, and one for both timers, which are built at once
     assert len(gate["timed_outputs"]["holds"]) == len(timed) and len(gate["timing_setup"]["holds"]) == 1
     # The judge builds its timer while the worker builds its own.
     assert [step[0] for step in order if step[1] == "timing_setup"] == ["worker", "judge"]
@@ -397,12 +416,29 @@ def test_a_timed_output_must_be_the_one_whose_digest_came_with_its_round(tmp_pat
     right = judge.reference(picked, cache=False)
     item = OutputItem(trial=picked, desc=export_tensors(right, str(tmp_path), "timed1"))
     honest = Compare(job_dir=str(tmp_path), phase="timed_outputs", tolerance={}, expected=[picked], items=[item],
-                     committed=output_digest(right, 77).tolist(), digest_seed=77)
+                     committed=[output_digest(right, 77).tolist()], digest_seeds=[77])
     assert judge.compare(honest)["results"][0]["ok"]
     timed_wrong = [torch.relu(right[0]) * 0.5]  # what the timed calls really produced
-    lazy = dataclasses.replace(honest, committed=output_digest(timed_wrong, 77).tolist())
+    lazy = dataclasses.replace(honest, committed=[output_digest(timed_wrong, 77).tolist()])
     assert "differs from the one whose digest the worker sent in its round" in judge.compare(lazy)["protocol_error"]
     assert decode(encode(honest)).committed == honest.committed  # the digest crosses the pipe intact
+
+    # Several picks in one request, each from its own round: each item is held to its own digest and seed.
+    picks = [Trial(seed=s) for s in (21, 22, 23)]
+    outs = [judge.reference(t, cache=False) for t in picks]
+    items = [OutputItem(trial=t, desc=export_tensors(o, str(tmp_path), f"timed{2 + n}"))
+             for n, (t, o) in enumerate(zip(picks, outs))]
+    seeds = [31, 33, 35]
+    batch = Compare(job_dir=str(tmp_path), phase="timed_outputs", tolerance={}, expected=picks, items=items,
+                    committed=[output_digest(o, s).tolist() for o, s in zip(outs, seeds)], digest_seeds=seeds)
+    assert [r["ok"] for r in judge.compare(batch)["results"]] == [True] * 3
+    lazy_second = list(batch.committed)
+    lazy_second[1] = output_digest([outs[1][0] * 0.5], seeds[1]).tolist()  # the middle pick was timed wrong
+    for forged in (dataclasses.replace(batch, committed=lazy_second),
+                   dataclasses.replace(batch, digest_seeds=[31, 35, 33])):  # a digest held to another round's seed
+        assert "differs from the one whose digest" in judge.compare(forged)["protocol_error"]
+    swapped = dataclasses.replace(batch, items=[items[1], items[0], items[2]])  # each output under another's digest
+    assert "in another order than requested" in judge.compare(swapped)["protocol_error"]
 
 
 def test_output_digests_are_stable_and_see_any_real_change():

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from kbencheval.eval.protocol import TimingSpec
-from kbencheval.eval.rounds import JUDGED_TIMED_OUTPUTS, picks_per_round, precise_enough, round_sizes
+from kbencheval.eval.rounds import (JUDGED_TIMED_OUTPUTS, TIMED_BATCH_BYTES, picks_per_round, precise_enough,
+                                   round_sizes, timed_outputs_per_request)
 
 
 def test_timed_iterations_split_into_at_most_twenty_rounds_of_at_least_five():
@@ -20,6 +21,14 @@ def test_at_least_eight_timed_outputs_are_judged_however_early_timing_stops():
         stop = min(min_iters, iters) if target_rse else iters
         earliest = [size for n, size in enumerate(round_sizes(iters)) if n < 4 or sum(round_sizes(iters)[:n]) < stop]
         assert sum(min(per_round, size) for size in earliest) >= JUDGED_TIMED_OUTPUTS
+
+
+def test_small_picked_outputs_are_judged_together_and_large_ones_alone():
+    mb = 1 << 20
+    assert [timed_outputs_per_request(n * mb) for n in (0, 1, 32, 64, 100, 128, 256, 1536)] == [8, 8, 8, 4, 2, 2, 1, 1]
+    for n in range(1, 600, 7):  # every request's outputs fit the budget, or it holds only one
+        per_request = timed_outputs_per_request(n * mb)
+        assert per_request == 1 or per_request * n * mb <= TIMED_BATCH_BYTES
 
 
 def _timed(per_round_ratios, size=5):

@@ -322,6 +322,17 @@ def test_trusted_timing_is_the_default_and_says_how_it_measured(gpu_eval, gpu_ev
     assert 0.5 < trusted.speedup / eager.speedup < 2.0, (trusted.speedup, eager.speedup)
 
 
+def test_small_timed_outputs_are_recomputed_and_judged_in_one_request(gpu_eval):
+    """An 8 MB output: all eight picked timed outputs in one request (rounds.timed_outputs_per_request),
+    seven of them copies exported through CUDA IPC beside the timer's own buffer, each judged against
+    its round's digest."""
+    mlp = next(p for p in load_bundled(3) if p.problem_id == 1)
+    result = gpu_eval.evaluate(mlp, "```python\n" + mlp.solution_source + "```")
+    assert result.status == Status.CORRECT, result.error
+    assert len(result.checks["correctness_timed_outputs"]) == 2 * len(result.checks["timing_rounds"]) == 8
+    assert len(result.checks["device_gate"]["timed_outputs"]["holds"]) == 1
+
+
 def test_host_sync_in_forward_is_timed_eagerly_and_labelled(gpu_eval):
     code = """
         class ModelNew(nn.Module):

@@ -31,6 +31,7 @@ from kbencheval.eval.sandbox.env import scrub
 from kbencheval.eval.server import HarnessError, _Server, bwrap_args, bwrap_profile, bwrap_works  # noqa: F401
 from kbencheval.eval.seeds import RunSeeds, stress_names
 from kbencheval.eval.processes import kill_group
+from kbencheval.eval.rounds import timed_outputs_per_request
 from kbencheval.eval.session import Session, gate_window, tail
 from kbencheval.eval.sizing import CUDA_CONTEXT_BYTES, DEVICE_MEMORY_FRACTION, device_bytes_needed
 from kbencheval.extract import defines_model_new, extract_code, static_check
@@ -345,7 +346,8 @@ class Evaluator:
             timing=TimingSpec(enabled=cfg.timing and (not cfg.on_cpu or cfg.timing_on_cpu), mode=cfg.timing_mode,
                               warmup=cfg.warmup, iters=cfg.iters, min_iters=cfg.min_iters,
                               target_rse=cfg.timing_target_rse, l2_flush_bytes=cfg.l2_flush_mb * 2**20,
-                              baseline=cfg.baseline, input_budget_bytes=int(cfg.timing_input_gb * 2**30)))
+                              baseline=cfg.baseline, input_budget_bytes=int(cfg.timing_input_gb * 2**30),
+                              outputs_per_request=timed_outputs_per_request(sum(output_bytes))))
         tolerance = dict(problem.tolerance)
         tolerance.update({k: v for k, v in (("atol", cfg.atol), ("rtol", cfg.rtol)) if v is not None})
         spare, self._spare = self._spare, None

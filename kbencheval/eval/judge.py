@@ -192,9 +192,14 @@ class Judge:
     def compare(self, msg: Compare) -> dict:
         if wrong := check_items(msg.expected, msg.items):
             return {"ok": True, "protocol_error": wrong, "results": []}
+        if msg.committed is not None:  # each item is held to its own round's digest: in the order asked
+            if [item.trial for item in msg.items] != msg.expected:
+                return {"ok": True, "protocol_error": "the worker returned the timed outputs in another order than "
+                        "requested", "results": []}
+            commitments = list(zip(msg.committed, msg.digest_seeds or [], strict=True))
         results = []
         parts = Parts()  # where a comparison's time goes (checks["judge_parts_s"]); no extra syncs
-        for item in msg.items:
+        for n, item in enumerate(msg.items):
             got = import_tensors(item.desc, msg.job_dir)
             parts.mark("import_s")
             if msg.committed is not None:
@@ -207,8 +212,8 @@ class Judge:
             ok, message, stats = compare(ref, got, msg.tolerance, bool(item.trial.stress))
             parts.mark("compare_s")
             # A right output must also be the one the timed iteration committed to (a wrong one is wrong).
-            if ok and msg.committed is not None and \
-                    not digests_match(msg.committed, output_digest(got, msg.digest_seed).tolist(), digest_bounds(got)):
+            if ok and msg.committed is not None and not digests_match(
+                    commitments[n][0], output_digest(got, commitments[n][1]).tolist(), digest_bounds(got)):
                 return {"ok": True, "protocol_error": "the timed output recomputed for judging differs from the "
                         "one whose digest the worker sent in its round (beyond a nondeterministic kernel's "
                         "rounding)", "results": []}

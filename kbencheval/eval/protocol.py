@@ -67,6 +67,7 @@ class TimingSpec:
     l2_flush_bytes: int = 256 << 20
     baseline: str = "eager"
     input_budget_bytes: int = 6 << 30
+    outputs_per_request: int = 1  # picked timed outputs per `timed_outputs` request (rounds.timed_outputs_per_request)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -221,8 +222,9 @@ class Compare:
     tolerance: dict
     expected: list[Trial]
     items: list[OutputItem]
-    committed: list | None = None  # a timed output: the digest the worker sent in its round ...
-    digest_seed: int = 1  # ... and the seed of its weights (inputs.output_digest)
+    # Timed outputs, one per expected item, in its order: the digest the worker sent in the item's round ...
+    committed: list[list] | None = None
+    digest_seeds: list[int] | None = None  # ... and the seed of its weights (inputs.output_digest)
     # False while more of the same candidate's outputs follow: the judge keeps its allocator's free blocks
     # for them, inside the candidate's memory reservation, instead of freeing and allocating them again.
     trim: bool = True

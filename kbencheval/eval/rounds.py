@@ -11,6 +11,9 @@ import statistics
 
 MAX_ROUNDS, MIN_ROUND = 20, 5
 JUDGED_TIMED_OUTPUTS = 8
+# Picked outputs recomputed and judged in one request while they fit this: each request is a few waits
+# for a time-sliced device (about 60 ms on an H100 shared by 8 Evaluators), whatever its outputs weigh.
+TIMED_BATCH_BYTES = 256 << 20
 
 
 def round_sizes(iters: int) -> list[int]:
@@ -26,6 +29,14 @@ def picks_per_round(spec) -> int:
     stop = min(spec.min_iters, spec.iters) if spec.target_rse else spec.iters
     fewest = min(len(sizes), max(4, -(-stop // sizes[0])))
     return -(-JUDGED_TIMED_OUTPUTS // fewest)
+
+
+def timed_outputs_per_request(output_bytes: int) -> int:
+    """Picked outputs per `timed_outputs` request: as many as fit TIMED_BATCH_BYTES, at most
+    JUDGED_TIMED_OUTPUTS (one request is one hold of the device, which a waiting timer waits for), at
+    least one. The worker holds all but the last as copies until the judge has read them
+    (sizing.device_bytes_needed counts them)."""
+    return max(1, min(JUDGED_TIMED_OUTPUTS, TIMED_BATCH_BYTES // max(output_bytes, 1)))
 
 
 def precise_enough(times: dict, rounds: list, spec) -> bool:

@@ -126,11 +126,11 @@ class Session:
         """Rounds (`round_sizes`), alternating the judge (reference) and the worker (candidate); fresh
         seeds per iteration drawn now. With every round the worker commits to each iteration's output
         (its digest); after the round one iteration is picked, and once the rounds are over the worker
-        recomputes each picked output for the judge, which holds it to that commitment and to the
-        reference. The candidate's event figures must agree with the harness's wall clock.
+        recomputes the picked outputs for the judge (`spec.outputs_per_request` at a time), which holds
+        each to its commitment and to the reference. The candidate's event figures must agree with the harness's wall clock.
 
         Only the rounds hold the device alone. Building the timers (capture, warm-up, one untimed pass)
-        measures nothing and shares it; so does judging the picked outputs, one at a time."""
+        measures nothing and shares it; so does judging the picked outputs, a request at a time."""
         spec = self.job.timing
         rng = random.Random(seeds.timing[0].seed) if self.ev.cfg.seed is not None else random.SystemRandom()
         # Each step below takes the shared device on its own, so that a timer waiting for the device waits
@@ -159,11 +159,13 @@ class Session:
                                          rounds, per_round)
                 if eager:
                     self.check_device_kernels(self.ask(RunPhase(phase="round_checks", trials=[])))
-        for n, (picked, committed, digest_seed) in enumerate(picks):
+        per_request = max(1, spec.outputs_per_request)
+        for start in range(0, len(picks), per_request):
+            batch = picks[start:start + per_request]
             with self.ev.device_share(gate_window(self.checks, "timed_outputs")):
-                self.judge(self.ask(RunPhase(phase="timed_outputs", trials=[picked])), expected=[picked],
-                           where="in a timed iteration", committed=committed, digest_seed=digest_seed,
-                           trim=n == len(picks) - 1)
+                self.judge(self.ask(RunPhase(phase="timed_outputs", trials=[p for p, _, _ in batch])),
+                           where="in a timed iteration", committed=[c for _, c, _ in batch],
+                           digest_seeds=[s for _, _, s in batch], trim=start + per_request >= len(picks))
         self.check_wall_bound(rounds)
         self.checks["timing_trust"] = (f"reference: {ref_setup['mechanism']} in the judge; candidate: "
                                        f"{setup.timing['mechanism']} in its worker, bounded by the harness's clock")
@@ -338,14 +340,15 @@ class Session:
         return msg
 
     def judge(self, outputs: Outputs, expected: list[Trial] | None = None, where: str = "in a correctness trial",
-              committed: list | None = None, digest_seed: int = 1, trim: bool = True):
-        """The judge compares; it also refuses items other than exactly those requested, and a timed
-        output whose digest is not the `committed` one. `trim=False` while more outputs follow."""
+              committed: list | None = None, digest_seeds: list[int] | None = None, trim: bool = True):
+        """The judge compares; it also refuses items other than exactly those requested, and timed outputs
+        whose digests are not the `committed` ones (one per item, with its `digest_seeds`). `trim=False`
+        while more outputs follow."""
         expected = self.requested if expected is None else expected
         clock = time.monotonic()
         reply = self.ev._judge_call(Compare(job_dir=self.job.job_dir, phase=outputs.phase, tolerance=self.tolerance,
                                             expected=expected, items=outputs.items,
-                                            committed=committed, digest_seed=digest_seed, trim=trim))
+                                            committed=committed, digest_seeds=digest_seeds, trim=trim))
         self.add_spent(outputs.phase, "judge_s", clock)
         add_parts(self.checks.setdefault("judge_parts_s", {}).setdefault(outputs.phase, {}), reply.get("parts_s") or {})
         if not reply.get("ok"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kbencheval.eval.config import EvalConfig
 from kbencheval.eval.protocol import judge_keeps_outputs
+from kbencheval.eval.rounds import timed_outputs_per_request
 from kbencheval.eval.seeds import STRESS_NAMES
 
 # Of the GPU's memory, what the candidates' reservations may add up to: the rest is for the CUDA
@@ -21,14 +22,16 @@ def device_bytes_needed(prep: dict, cfg: EvalConfig, copies_inputs: bool = False
     where the problem's timers are known to copy fresh inputs instead, a second input set:
     `copies_inputs`, learnt from the judge's timer, timing.FreshInputs) and an L2 flush buffer; the
     worker also a trial's exported outputs until the judge has read them (timed outputs are recomputed
-    into the timer's own buffers); the judge also its cached reference outputs, its snapshot of a
+    into the timer's own buffers, and all but the last of a request's copied out); the judge also its cached reference outputs, its snapshot of a
     timed output and the comparison's float64 slices. An estimate: a
     candidate that uses more than its reference can still run out, and is then re-run with the device
     to itself (`device_oom_retry`)."""
     outputs, inputs = sum(prep["output_bytes"]), prep.get("input_bytes", 0)
     call = prep.get("call_peak_bytes", inputs + outputs)
     per_side = CUDA_CONTEXT_BYTES + prep.get("model_bytes", 0) + call + cfg.l2_flush_mb * 2**20 + copies_inputs * inputs
+    # The worker's outputs waiting for the judge: a trial's, or the copies of a request's picked timed outputs.
+    exported = max(outputs, (timed_outputs_per_request(outputs) - 1) * outputs)
     cache = int(cfg.judge_cache_gb * 2**30)
     cached = min(cache, (cfg.trials + len(STRESS_NAMES)) * outputs) if judge_keeps_outputs(outputs, cache) else 0
     judge = cached + outputs + min(4 * outputs, COMPARE_SLICES_BYTES)
-    return int(2 * per_side + outputs + judge)
+    return int(2 * per_side + exported + judge)

@@ -376,6 +376,9 @@ class CandidateWorker:
         if not self.timed_exports and (violation := self.timing_violation()):
             return self.fail(Status.REJECTED, "during timing: " + violation)
         items, parts = [], self.parts(request.phase)
+        if self.device.type == "cuda":
+            torch.cuda.ipc_collect()  # the copies of earlier requests, once the judge has let go of them
+        parts.mark("ipc_collect_s")
         for n, trial in enumerate(request.trials):
             try:
                 outs = self.timer.output_for(trial)
