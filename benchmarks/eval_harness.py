@@ -252,7 +252,6 @@ def main() -> int:
         "device": device_name,
         "timing_mode": args.timing_mode,
         "workers_per_device": args.workers_per_device,
-        "judges_under_mps": bool(os.environ.get("KBENCH_JUDGE_MPS_PIPE")),  # scripts/judge_mps.sh
         "order": args.order,
         "timed_iterations": {"max": cfg.iters, "min": cfg.min_iters, "target_rse": cfg.timing_target_rse},
         "timing_gate_wait_median_s": statistics.median(waits) if waits else None,

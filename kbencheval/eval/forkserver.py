@@ -23,7 +23,6 @@ import sys
 
 from kbencheval.eval import sandbox
 from kbencheval.eval.sandbox._linux import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, prctl
-from kbencheval.eval.sandbox.env import JUDGE_MPS_ENV
 
 
 def _preload(plan: dict):
@@ -97,16 +96,6 @@ def _block_while_waiting(device: str) -> None:
         cuda.cuDevicePrimaryCtxSetFlags_v2(dev, ctypes.c_uint(CU_CTX_SCHED_BLOCKING_SYNC))
 
 
-def judge_mps_env(kind: str) -> None:
-    """Before CUDA starts in a child: a judge joins the judges' MPS server where there is one
-    (scripts/judge_mps.sh), so the judges' work shares one context instead of taking turns on the
-    device. No other child joins it or learns where it is: a fatal fault in one MPS client ends every
-    client of its server, and candidates' kernels fault."""
-    pipe = os.environ.pop(JUDGE_MPS_ENV, "")
-    if kind == "judge" and pipe:
-        os.environ["CUDA_MPS_PIPE_DIRECTORY"] = pipe
-
-
 def _child(job: dict, plan: dict, layers: list[str]) -> None:
     import time
 
@@ -123,7 +112,6 @@ def _child(job: dict, plan: dict, layers: list[str]) -> None:
     os.dup2(log, 2)
     sys.stdout = os.fdopen(1, "w", buffering=1)
     sys.stderr = os.fdopen(2, "w", buffering=1)
-    judge_mps_env(job["kind"])
     done = sandbox.prepare_worker(plan, layers, job["job_dir"], job["kind"])
     _job_env(job, plan, layers)
     if job["kind"] != "judge":  # the judge is PID 1: a handler would let candidates' signals through

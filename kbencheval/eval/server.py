@@ -23,7 +23,7 @@ from kbencheval.eval.config import EvalConfig
 from kbencheval.eval.gate import physical_device_key
 from kbencheval.eval.kernel_cache import shared_compiler
 from kbencheval.eval.launchers import shared_builder
-from kbencheval.eval.sandbox.env import JUDGE_MPS_ENV, sandbox_env
+from kbencheval.eval.sandbox.env import sandbox_env
 from kbencheval.eval.session import tail
 
 __all__ = ["HarnessError", "bwrap_args", "bwrap_profile", "bwrap_works"]
@@ -102,13 +102,6 @@ class _Server:
         env = sandbox_env(dict(os.environ), scratch=str(scratch), extra_pythonpath=pkg_root, on_cpu=cfg.on_cpu)
         if cfg.cpu_threads:
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(cfg.cpu_threads)
-        if pipe := os.environ.get(JUDGE_MPS_ENV):  # the judges' MPS server (forkserver.judge_mps_env)
-            if cfg.on_cpu:
-                raise HarnessError(f"{JUDGE_MPS_ENV}={pipe}: MPS is for judges on a GPU; unset it on the CPU")
-            if not Path(pipe, "control").is_socket():
-                raise HarnessError(f"{JUDGE_MPS_ENV}={pipe}: no MPS control daemon there; start one with "
-                                   "scripts/judge_mps.sh start, or unset it")
-            env[JUDGE_MPS_ENV] = pipe
         shared_cache = scratch / "triton_shared"
         shared_cache.mkdir(exist_ok=True)
         # KBENCH_SHARED_TRITON_CACHE=0 turns the judge-built shared layer off (benchmarks/sandbox_overhead.py).

@@ -11,9 +11,6 @@ import re
 EXACT = {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
          "CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "ROCM_HOME"}
 PREFIXES = ("CUDA_", "NVIDIA_", "ROCR_", "HIP_", "HSA_")
-# The pipe folder of an MPS server for the judges only (forkserver._child): passed to the fork server,
-# taken out of every child's environment, and set as CUDA_MPS_PIPE_DIRECTORY in judges.
-JUDGE_MPS_ENV = "KBENCH_JUDGE_MPS_PIPE"
 
 
 def sandbox_env(harness_env: dict, *, scratch: str, extra_pythonpath: str, on_cpu: bool) -> dict:
