@@ -127,7 +127,8 @@ class Session:
         seeds per iteration drawn now. With every round the worker commits to each iteration's output
         (its digest); after the round one iteration is picked, and once the rounds are over the worker
         recomputes the picked outputs for the judge (`spec.outputs_per_request` at a time), which holds
-        each to its commitment and to the reference. The candidate's event figures must agree with the harness's wall clock.
+        each to its commitment and to the reference. The candidate's event figures must agree with the
+        harness's wall clock.
 
         Only the rounds hold the device alone. Building the timers (capture, warm-up, one untimed pass)
         measures nothing and shares it; so does judging the picked outputs, a request at a time."""
@@ -159,7 +160,7 @@ class Session:
                                          rounds, per_round)
                 if eager:
                     self.check_device_kernels(self.ask(RunPhase(phase="round_checks", trials=[])))
-        per_request = max(1, spec.outputs_per_request)
+        per_request = spec.outputs_per_request
         for start in range(0, len(picks), per_request):
             batch = picks[start:start + per_request]
             with self.ev.device_share(gate_window(self.checks, "timed_outputs")):

@@ -22,10 +22,10 @@ def device_bytes_needed(prep: dict, cfg: EvalConfig, copies_inputs: bool = False
     where the problem's timers are known to copy fresh inputs instead, a second input set:
     `copies_inputs`, learnt from the judge's timer, timing.FreshInputs) and an L2 flush buffer; the
     worker also a trial's exported outputs until the judge has read them (timed outputs are recomputed
-    into the timer's own buffers, and all but the last of a request's copied out); the judge also its cached reference outputs, its snapshot of a
-    timed output and the comparison's float64 slices. An estimate: a
-    candidate that uses more than its reference can still run out, and is then re-run with the device
-    to itself (`device_oom_retry`)."""
+    into the timer's own buffers, and all but the last of a request's copied out); the judge also its
+    cached reference outputs, its snapshot of a timed output and the comparison's float64 slices. An
+    estimate: a candidate that uses more than its reference can still run out, and is then re-run with
+    the device to itself (`device_oom_retry`)."""
     outputs, inputs = sum(prep["output_bytes"]), prep.get("input_bytes", 0)
     call = prep.get("call_peak_bytes", inputs + outputs)
     per_side = CUDA_CONTEXT_BYTES + prep.get("model_bytes", 0) + call + cfg.l2_flush_mb * 2**20 + copies_inputs * inputs

@@ -85,7 +85,7 @@ class EvalPool:
                 except ray.exceptions.RayError as e:
                     raise RuntimeError(f"eval worker {i} failed to start: {_last_line(e)}") from None
                 del self._starting[i]
-                for job, (j, w, deadline, start) in inflight.items():
+                for job, (j, w, _, _) in inflight.items():
                     if w == i:
                         inflight[job] = (j, w, now + wait_for, now)
             elif now - spawned >= self.cfg.worker_start_timeout_s:
@@ -132,7 +132,8 @@ class EvalPool:
             ready, _ = ray.wait(list(inflight) + starts, num_returns=1, timeout=wait_s)
             self._check_starts(ready, inflight, wait_for)
             for ref in ready:
-                if ref not in inflight:  # a worker's start, or its worker was replaced and the job went back to pending
+                # A worker's start, or a job whose worker was replaced (the job went back to pending).
+                if ref not in inflight:
                     continue
                 j, w, _, start = inflight.pop(ref)
                 try:
