@@ -102,7 +102,7 @@ def test_compare_tensor_uses_the_kernels_on_the_gpu(monkeypatch):
     g = r.clone()
     g[17] += 1.0
     calls = []
-    monkeypatch.setattr(judge_kernels, "compare_fused",
-                        lambda *a: calls.append(a) or judge.compare_torch(*a))
+    monkeypatch.setattr(judge_kernels, "compare_queued",
+                        lambda *a: calls.append(a) or judge.compare_torch_queued(*a))
     message, stats = judge.compare_tensor(0, r, g, {}, scale_atol=True)
     assert calls and "mismatch" in message and "0.0%" in message and stats["output0_max_abs_diff"] == pytest.approx(1.0)

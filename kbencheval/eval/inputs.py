@@ -85,8 +85,11 @@ DIGEST_SLACK = {8: 1e-4, 4: 1e-4, 2: 2e-2, 1: 0.25}
 
 @functools.lru_cache(maxsize=4)
 def _digest_signs(seed: int, device: str) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return (torch.randint(0, 2, (DIGEST_WIDTH,), generator=generator).float() * 2 - 1).to(device)
+    """±1 weights from `seed`, drawn on `device`: a copy from the host would wait for the device, and
+    every timed round (and each of its picks the judge checks) has a seed of its own. The worker and
+    its judge share a device, so they draw the same weights."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    return torch.randint(0, 2, (DIGEST_WIDTH,), generator=generator, device=device).float() * 2 - 1
 
 
 def _block_sums(per_row: torch.Tensor, tail: torch.Tensor) -> torch.Tensor:
@@ -142,8 +145,14 @@ def inputs_fingerprint(inputs: list) -> list:
     """What must agree between two input sets that are the same: per tensor its layout and a digest
     (float64 projections: any changed element moves them), per other value its repr. For comparing sets
     without holding a second copy of either."""
-    return [(tuple(x.shape), x.dtype, x.stride(), output_digest([x], 0x5EED).tolist())
-            if isinstance(x, torch.Tensor) else repr(x) for x in inputs]
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    digests = []
+    if tensors:  # read back together: one wait for the device, not one per tensor
+        queued = [output_digest([x], 0x5EED).to(tensors[0].device) for x in tensors]
+        digests = torch.stack(queued).tolist()
+    digests = iter(digests)
+    return [(tuple(x.shape), x.dtype, x.stride(), next(digests)) if isinstance(x, torch.Tensor) else repr(x)
+            for x in inputs]
 
 
 def row_squares_torch(matrix: torch.Tensor, chunk_rows: int = 2048) -> torch.Tensor:
@@ -156,6 +165,12 @@ def row_squares_torch(matrix: torch.Tensor, chunk_rows: int = 2048) -> torch.Ten
 def digest_bounds(tensors: list) -> list[float]:
     """For each digest entry of `tensors` (output_digest's layout), how far a committed digest may be
     from theirs: DIGEST_SLACK of the dtype times the block's L2 norm (float64)."""
+    return digest_bounds_queued(tensors).tolist()
+
+
+def digest_bounds_queued(tensors: list) -> torch.Tensor:
+    """digest_bounds as a float64 vector on the tensors' device, not read back (the judge reads it with
+    the comparison's numbers and the digest, waiting for the device once)."""
     bounds = []
     for t in tensors:
         if not isinstance(t, torch.Tensor):
@@ -170,8 +185,8 @@ def digest_bounds(tensors: list) -> list[float]:
             per_row = row_squares_torch(matrix)
         norms = _block_sums(per_row, tail.double().square().sum()).sqrt()
         slack = DIGEST_SLACK.get(t.element_size(), 0.0) if t.is_floating_point() else 0.0
-        bounds += (norms * slack).tolist()
-    return bounds
+        bounds.append(norms * slack)
+    return torch.cat(bounds) if bounds else torch.zeros(0, dtype=torch.float64)
 
 
 def digests_match(committed: list, recomputed: list[float], bounds: list[float] | None = None) -> bool:

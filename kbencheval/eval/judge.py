@@ -16,7 +16,7 @@ import torch
 
 from kbencheval.eval import judge_kernels
 from kbencheval.eval.errors import short_error
-from kbencheval.eval.inputs import (as_tensor_list, build_model, device_name, digest_bounds, digests_match,
+from kbencheval.eval.inputs import (as_tensor_list, build_model, device_name, digest_bounds_queued, digests_match,
                                     load_problem_module, make_inputs, output_digest, pin_global_flags, sync)
 from kbencheval.eval.parts import Parts
 from kbencheval.eval.protocol import (Channel, Compare, JudgeJob, OutputItem, Prepare, ProtocolError, Release, TimeReference,
@@ -29,31 +29,87 @@ def default_tolerance(dtype: torch.dtype) -> float:
     return 1e-4 if dtype in (torch.float32, torch.float64) else 1e-2
 
 
-def compare_tensor(i: int, r: torch.Tensor, g: torch.Tensor, tol: dict, scale_atol: bool) -> tuple[str, dict]:
-    """'' when `g` matches `r`: integers and bools exactly, floats within tolerance, NaN/Inf where `r` has them."""
+@dataclasses.dataclass
+class QueuedCheck:
+    """One output's comparison: queued on the device (`numbers`, read back later together with others'),
+    or already failed on its layout (`problem`)."""
+    index: int
+    problem: str = ""
+    numbers: torch.Tensor | None = None  # floats: max abs diff, out of tolerance, NaN/Inf; else mismatches
+    exact: bool = False  # integers and bools
+    dtype: torch.dtype | None = None
+    numel: int = 0
+    atol: float = 0.0
+    rtol: float = 0.0
+
+
+def queue_compare(i: int, r: torch.Tensor, g: torch.Tensor, tol: dict, scale_atol: bool) -> QueuedCheck:
+    """Checks `g`'s layout against `r`'s now and queues the comparison of their values on the device."""
     if tuple(r.shape) != tuple(g.shape):
-        return f"output {i} has shape {tuple(g.shape)}, expected {tuple(r.shape)}", {}
+        return QueuedCheck(i, problem=f"output {i} has shape {tuple(g.shape)}, expected {tuple(r.shape)}")
     if r.dtype != g.dtype:
-        return f"output {i} has dtype {g.dtype}, expected {r.dtype}", {}
+        return QueuedCheck(i, problem=f"output {i} has dtype {g.dtype}, expected {r.dtype}")
     if r.is_contiguous() and not g.is_contiguous():
-        return f"output {i} is not contiguous (the reference output is)", {}
+        return QueuedCheck(i, problem=f"output {i} is not contiguous (the reference output is)")
     g = g.to(r.device)
     if not (r.is_floating_point() or r.is_complex()):
-        n_bad = int((r != g).sum())
-        return (f"output {i} ({r.dtype}) differs in {n_bad} of {r.numel()} elements (integer outputs must be exact)"
-                if n_bad else ""), {f"output{i}_mismatches": n_bad}
+        return QueuedCheck(i, numbers=(r != g).sum().double().reshape(1), exact=True, dtype=r.dtype, numel=r.numel())
     atol = tol.get("atol", default_tolerance(r.dtype))
     rtol = tol.get("rtol", default_tolerance(r.dtype))
     if scale_atol:  # stress trials: the absolute tolerance follows the output's magnitude
         atol *= max(1.0, _finite_rms(r.reshape(-1)))
-    max_diff, n_bad, n_special = _compare_floats(r.reshape(-1), g.reshape(-1), atol, rtol)
+    return QueuedCheck(i, numbers=_compare_floats(r.reshape(-1), g.reshape(-1), atol, rtol), dtype=r.dtype,
+                       numel=r.numel(), atol=atol, rtol=rtol)
+
+
+def verdict(check: QueuedCheck, numbers: list[float]) -> tuple[str, dict]:
+    """'' when the check's `numbers`, read back, say its output matches: integers and bools exactly,
+    floats within tolerance, NaN/Inf where the reference has them; else what is wrong. And its stats."""
+    i = check.index
+    if check.problem:
+        return check.problem, {}
+    if check.exact:
+        n_bad = int(numbers[0])
+        return (f"output {i} ({check.dtype}) differs in {n_bad} of {check.numel} elements (integer outputs must "
+                f"be exact)" if n_bad else ""), {f"output{i}_mismatches": n_bad}
+    max_diff, n_bad, n_special = numbers[0], int(numbers[1]), int(numbers[2])
     stats = {f"output{i}_max_abs_diff": max_diff}
     if n_special:
         return f"output {i} has {n_special} NaN/Inf values that differ from the reference's", stats
     if n_bad:
-        return (f"output {i} mismatch: max abs diff {max_diff:.3g}, {n_bad / max(r.numel(), 1):.1%} of "
-                f"elements outside atol={atol:g} rtol={rtol:g}"), stats
+        return (f"output {i} mismatch: max abs diff {max_diff:.3g}, {n_bad / max(check.numel, 1):.1%} of "
+                f"elements outside atol={check.atol:g} rtol={check.rtol:g}"), stats
     return "", stats
+
+
+def compare_tensor(i: int, r: torch.Tensor, g: torch.Tensor, tol: dict, scale_atol: bool) -> tuple[str, dict]:
+    """'' when `g` matches `r` (verdict), read back at once."""
+    check = queue_compare(i, r, g, tol, scale_atol)
+    return verdict(check, check.numbers.tolist() if check.numbers is not None else [])
+
+
+class Readback:
+    """Numbers queued on the device by several checks, read back together: one wait for the device
+    instead of one per check. A wait is a turn among every process time-slicing the GPU; on the H100
+    with eight Evaluators a judge's handful per timed output added up to seconds of each pass."""
+
+    def __init__(self):
+        self.parts: list[torch.Tensor] = []
+        self.size = 0
+
+    def add(self, numbers: torch.Tensor | None) -> slice:
+        """Where `numbers` will be in `read()`'s list (an empty slice for None)."""
+        if numbers is None:
+            return slice(self.size, self.size)
+        self.parts.append(numbers.reshape(-1).double())
+        self.size += self.parts[-1].numel()
+        return slice(self.size - self.parts[-1].numel(), self.size)
+
+    def read(self) -> list[float]:
+        if not self.parts:
+            return []
+        device = self.parts[0].device  # a reference output off the device would put its numbers elsewhere
+        return torch.cat([p.to(device) for p in self.parts]).tolist()
 
 
 def _finite_rms(r) -> float:
@@ -74,15 +130,22 @@ def finite_rms_torch(r, chunk: int = 1 << 23) -> float:
     return (total / count) ** 0.5 if count else 0.0
 
 
-def _compare_floats(r, g, atol, rtol) -> tuple[float, int, int]:
-    """(max abs diff, elements out of tolerance, NaN/Inf that differ): one fused kernel on a GPU."""
-    return judge_kernels.compare_fused(r, g, atol, rtol) if judge_kernels.usable(r, g) else compare_torch(r, g, atol, rtol)
+def _compare_floats(r, g, atol, rtol) -> torch.Tensor:
+    """(max abs diff, elements out of tolerance, NaN/Inf that differ), queued: one fused kernel on a GPU."""
+    return judge_kernels.compare_queued(r, g, atol, rtol) if judge_kernels.usable(r, g) else \
+        compare_torch_queued(r, g, atol, rtol)
 
 
 def compare_torch(r, g, atol, rtol, chunk: int = 1 << 23) -> tuple[float, int, int]:
+    """compare_torch_queued, read back: the CPU path and the kernels' oracle."""
+    max_diff, n_bad, n_special = compare_torch_queued(r, g, atol, rtol, chunk).tolist()
+    return max_diff, int(n_bad), int(n_special)
+
+
+def compare_torch_queued(r, g, atol, rtol, chunk: int = 1 << 23) -> torch.Tensor:
     """float64 elementwise check in slices, so a multi-GB output needs no multi-GB temporaries. The
-    counts stay on the device until the end: one sync per output, not several per slice (a sync waits
-    for the device's time slice among every process on it). The CPU path and the kernels' oracle."""
+    counts stay on the device (a float64 vector): a read waits for the device's time slice among every
+    process on it, so the caller reads once."""
     zero = lambda dtype: torch.zeros((), dtype=dtype, device=r.device)  # noqa: E731
     max_diff, n_bad, n_special = zero(torch.float64), zero(torch.int64), zero(torch.int64)
     for start in range(0, r.numel(), chunk):
@@ -96,23 +159,40 @@ def compare_torch(r, g, atol, rtol, chunk: int = 1 << 23) -> tuple[float, int, i
         n_bad += (both & ~(diff <= atol + rtol * r64.abs())).sum()
         if diff.numel():
             max_diff = torch.maximum(max_diff, diff.max())
-    max_diff, n_bad, n_special = torch.stack([max_diff, n_bad.double(), n_special.double()]).tolist()
-    return max_diff, int(n_bad), int(n_special)
+    return torch.stack([max_diff, n_bad.double(), n_special.double()])
+
+
+def queue_outputs(ref: list, got: list, tol: dict, scale_atol: bool = False) -> list[QueuedCheck]:
+    """Each tensor output's check, queued, up to the first whose layout is wrong."""
+    if len(ref) != len(got):
+        return [QueuedCheck(-1, problem=f"expected {len(ref)} outputs, got {len(got)}")]
+    checks = []
+    for i, (r, g) in enumerate(zip(ref, got)):
+        if isinstance(r, torch.Tensor):
+            checks.append(queue_compare(i, r, g, tol, scale_atol))
+            if checks[-1].problem:
+                break
+    return checks
+
+
+def verdicts(checks: list[QueuedCheck], numbers: list[list[float]]) -> tuple[bool, str, dict]:
+    """(ok, the first failed output's message, stats), outputs in order."""
+    stats = {}
+    for check, found in zip(checks, numbers, strict=True):
+        message, found_stats = verdict(check, found)
+        stats.update(found_stats)
+        if message:
+            return False, message, stats
+    return True, "", stats
 
 
 def compare(ref: list, got: list, tol: dict, scale_atol: bool = False) -> tuple[bool, str, dict]:
     """Candidate outputs against reference outputs; returns (ok, message, stats)."""
-    if len(ref) != len(got):
-        return False, f"expected {len(ref)} outputs, got {len(got)}", {}
-    stats = {}
-    for i, (r, g) in enumerate(zip(ref, got)):
-        if not isinstance(r, torch.Tensor):
-            continue
-        message, found = compare_tensor(i, r, g, tol, scale_atol)
-        stats.update(found)
-        if message:
-            return False, message, stats
-    return True, "", stats
+    checks = queue_outputs(ref, got, tol, scale_atol)
+    readback = Readback()
+    slots = [readback.add(check.numbers) for check in checks]
+    numbers = readback.read()
+    return verdicts(checks, [numbers[slot] for slot in slots])
 
 
 def check_items(expected: list[Trial], items: list[OutputItem]) -> str:
@@ -190,37 +270,52 @@ class Judge:
         return {"reserved_bytes": torch.cuda.memory_reserved(self.device)} if self.device.type == "cuda" else {}
 
     def compare(self, msg: Compare) -> dict:
+        """Every item's comparison (and a timed output's digest and its bounds) is queued on the device
+        and read back once per request; the items' verdicts are then taken in order, up to the first wrong
+        one. The candidate's memory stays mapped until that read: releasing a CUDA IPC tensor waits for
+        the device too (torch syncs its stream first), and with nothing queued that wait is short."""
         if wrong := check_items(msg.expected, msg.items):
             return {"ok": True, "protocol_error": wrong, "results": []}
-        if msg.committed is not None:  # each item is held to its own round's digest: in the order asked
+        timed = msg.committed is not None
+        if timed:  # each item is held to its own round's digest: in the order asked
             if [item.trial for item in msg.items] != msg.expected:
                 return {"ok": True, "protocol_error": "the worker returned the timed outputs in another order than "
                         "requested", "results": []}
             commitments = list(zip(msg.committed, msg.digest_seeds or [], strict=True))
-        results = []
         parts = Parts()  # where a comparison's time goes (checks["judge_parts_s"]); no extra syncs
+        readback, mapped, queued = Readback(), [], []
         for n, item in enumerate(msg.items):
             got = import_tensors(item.desc, msg.job_dir)
+            mapped.append(got)
             parts.mark("import_s")
-            if msg.committed is not None:
+            if timed:
                 # One snapshot in the judge's memory: the worker's process lives on while it is read, so
                 # the comparison and the digest must not see two different versions of its buffer.
                 got = [t.clone() if isinstance(t, torch.Tensor) else t for t in got]
                 parts.mark("snapshot_s")
             ref = self.timed_reference(item.trial) if msg.phase == "timed_outputs" else self.reference(item.trial)
             parts.mark("reference_s")
-            ok, message, stats = compare(ref, got, msg.tolerance, bool(item.trial.stress))
+            checks = queue_outputs(ref, got, msg.tolerance, bool(item.trial.stress))
+            slots = [readback.add(check.numbers) for check in checks]
             parts.mark("compare_s")
+            digest = (readback.add(output_digest(got, commitments[n][1])), readback.add(digest_bounds_queued(got))) \
+                if timed else None
+            parts.mark("digest_s")
+            queued.append((item.trial, checks, slots, digest))
+            del got, ref  # a snapshot's block is free for the next item's: the device runs them in order
+        numbers = readback.read()
+        parts.mark("readback_s")
+        del mapped
+        parts.mark("release_s")  # the worker's memory unmapped (CUDA IPC)
+        results = []
+        for n, (trial, checks, slots, digest) in enumerate(queued):
+            ok, message, stats = verdicts(checks, [numbers[slot] for slot in slots])
             # A right output must also be the one the timed iteration committed to (a wrong one is wrong).
-            if ok and msg.committed is not None and not digests_match(
-                    commitments[n][0], output_digest(got, commitments[n][1]).tolist(), digest_bounds(got)):
+            if ok and timed and not digests_match(commitments[n][0], numbers[digest[0]], numbers[digest[1]]):
                 return {"ok": True, "protocol_error": "the timed output recomputed for judging differs from the "
                         "one whose digest the worker sent in its round (beyond a nondeterministic kernel's "
                         "rounding)", "results": []}
-            parts.mark("digest_s")
-            del got
-            parts.mark("release_s")  # the worker's memory unmapped (CUDA IPC)
-            results.append({"trial": item.trial.key, "ok": ok, "message": message, "stats": stats})
+            results.append({"trial": trial.key, "ok": ok, "message": message, "stats": stats})
             if not ok:
                 break
         sync(self.device)
@@ -274,7 +369,7 @@ class Judge:
         held a second input and output set (on a 1.5 GB elementwise problem, 3 GB beyond the candidate's
         reservation: such judges ran an H100 out of memory, 2026-11-26). Timed inputs are one-offs: not cached."""
         if self.timer is not None and self.timer_key[0] == self.key and self.timer_eager:
-            return self.timer.output_for(trial)
+            return self.timer.output_for(trial, wait=False)  # compare reads it next, queued behind it
         return self.reference(trial, cache=False)
 
     def reference(self, trial: Trial, cache: bool = True) -> list:

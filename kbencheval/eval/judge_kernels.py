@@ -77,21 +77,30 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1).contiguous()
 
 
-def compare_fused(r: torch.Tensor, g: torch.Tensor, atol: float, rtol: float) -> tuple[float, int, int]:
-    """(max abs diff where both are finite, elements outside atol + rtol * |r|, NaN/Inf that differ):
-    judge.compare_torch's answer. `r` and `g`: the same shape, dtype and GPU."""
+def compare_queued(r: torch.Tensor, g: torch.Tensor, atol: float, rtol: float) -> torch.Tensor:
+    """judge.compare_torch's three numbers (max abs diff where both are finite, elements outside
+    atol + rtol * |r|, NaN/Inf that differ) as a float64 vector on the device, not read back: a caller
+    that reads several such vectors at once waits for the device once. `r` and `g`: the same shape,
+    dtype and GPU."""
     r, g = _flat(r), _flat(g)
     n = r.numel()
     if n == 0:
-        return 0.0, 0, 0
+        return torch.zeros(3, dtype=torch.float64, device=r.device)
     programs = triton.cdiv(n, BLOCK)
-    tol = torch.tensor([atol, rtol], dtype=torch.float64, device=r.device)
+    # Filled on the device: torch.tensor([atol, rtol], device=...) copies from the host and waits.
+    tol = torch.full((2,), rtol, dtype=torch.float64, device=r.device)
+    tol[:1].fill_(atol)
     max_diff = torch.empty(programs, dtype=torch.float64, device=r.device)
     bad = torch.empty(programs, dtype=torch.int64, device=r.device)
     special = torch.empty(programs, dtype=torch.int64, device=r.device)
     _compare_kernel[(programs,)](r, g, n, tol, max_diff, bad, special, BLOCK=BLOCK)
-    found = torch.stack([max_diff.max(), bad.sum().double(), special.sum().double()]).tolist()
-    return found[0], int(found[1]), int(found[2])
+    return torch.stack([max_diff.max(), bad.sum().double(), special.sum().double()])
+
+
+def compare_fused(r: torch.Tensor, g: torch.Tensor, atol: float, rtol: float) -> tuple[float, int, int]:
+    """compare_queued, read back."""
+    max_diff, n_bad, n_special = compare_queued(r, g, atol, rtol).tolist()
+    return max_diff, int(n_bad), int(n_special)
 
 
 def finite_rms_fused(x: torch.Tensor) -> float:

@@ -214,14 +214,16 @@ class Timer:
         torch.cuda.synchronize(self.device)  # every stream, before reading any event
         return [s.elapsed_time(e) * 1000.0 for s, e in events], torch.stack(digests).tolist() if digests else []
 
-    def output_for(self, trial: Trial) -> list:
+    def output_for(self, trial: Trial, wait: bool = True) -> list:
         """The model's outputs on `trial`'s inputs, computed as a timed iteration computes them (the graph
         replayed on the static inputs): what the harness picked from a round, recomputed for the judge.
-        A graph's outputs live in its static buffers until the next call."""
+        A graph's outputs live in its static buffers until the next call. `wait=False`: queued, for a
+        caller whose next work on them is queued behind on the same stream (the judge)."""
         with torch.no_grad():
             self.fresh.load(trial)
             out = self._call()
-        sync(self.device)
+        if wait:
+            sync(self.device)
         return out
 
 class FreshInputs:
