@@ -124,3 +124,25 @@ def test_a_worker_whose_warm_up_fails_still_starts(monkeypatch, capsys):
     monkeypatch.setattr(worker, "inputs_fingerprint", full)
     worker.warm_run_time_checks(torch.device("cpu"))
     assert "run-time checks not warmed: OutOfMemoryError" in capsys.readouterr().err
+
+
+def test_the_evaluators_processes_start_cuda_with_one_hardware_queue():
+    """CUDA_DEVICE_MAX_CONNECTIONS=1 reaches the candidate's worker, whatever the harness's environment
+    says: with eight queues per context, the contexts that every candidate starts and ends came 2.5
+    times slower on a busy H100 (benchmarks/context_churn.py)."""
+    from kbencheval.dataset import load_bundled
+    from kbencheval.eval.harness import EvalConfig, Evaluator
+
+    problem = load_bundled(1)[0]
+    checking = problem.solution_source.replace(
+        "        x = x.contiguous()",
+        "        import os\n        if os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS') != '1':\n"
+        "            raise RuntimeError(f\"queues: {os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS')}\")\n"
+        "        x = x.contiguous()")
+    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"
+    try:
+        with Evaluator(EvalConfig(device="cpu", trials=1, timing=False, static_checks=False, timeout_s=120)) as ev:
+            result = ev.evaluate(problem, "```python\n" + checking + "```")
+    finally:
+        os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS")
+    assert result.correct, result.error
