@@ -128,8 +128,8 @@ def test_a_worker_whose_warm_up_fails_still_starts(monkeypatch, capsys):
 
 def test_the_evaluators_processes_start_cuda_with_one_hardware_queue():
     """CUDA_DEVICE_MAX_CONNECTIONS=1 reaches the candidate's worker, whatever the harness's environment
-    says: with eight queues per context, the contexts that every candidate starts and ends came 2.5
-    times slower on a busy H100 (benchmarks/context_churn.py)."""
+    says: with eight queues per context, eight processes started and ended contexts two to three times
+    slower on an H100 (benchmarks/context_churn.py)."""
     from kbencheval.dataset import load_bundled
     from kbencheval.eval.harness import EvalConfig, Evaluator
 

@@ -71,6 +71,7 @@ def test_the_judge_reads_a_requests_numbers_back_once(tmp_path, monkeypatch):
     read waits for the device's time slice), and the verdicts still come in order up to the first wrong."""
     import torch
 
+    from kbencheval.eval import judge as judge_module
     from kbencheval.eval.inputs import output_digest
     from kbencheval.eval.judge import Judge
     from kbencheval.eval.protocol import OutputItem, Prepare, TimeReference, TimingSpec, Trial
@@ -99,8 +100,11 @@ def test_the_judge_reads_a_requests_numbers_back_once(tmp_path, monkeypatch):
     reads.clear()
     results = judge.compare(wrong)["results"]
     assert [r["ok"] for r in results] == [True, False] and "mismatch" in results[1]["message"] and len(reads) == 1
+    digested, digest = [], judge_module.output_digest
+    monkeypatch.setattr(judge_module, "output_digest", lambda got, seed: digested.append(seed) or digest(got, seed))
     results = judge.compare(extra)["results"]
     assert [r["ok"] for r in results] == [True, False] and results[1]["message"] == "expected 1 outputs, got 2"
+    assert digested == [seeds[0], seeds[2]]  # none of an output laid out unlike the reference's
 
 
 @pytest.mark.gpu

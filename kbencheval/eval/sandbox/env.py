@@ -23,8 +23,8 @@ def sandbox_env(harness_env: dict, *, scratch: str, extra_pythonpath: str, on_cp
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     # One hardware queue per CUDA context instead of eight. Every candidate starts and ends a context of
     # its own, and the driver does those one after another: eight processes starting and ending contexts
-    # on an H100 went from 5.9 to 14.4 a second with one queue, and a start from 1.2 s to 0.49 s
-    # (benchmarks/context_churn.py). The evaluator's processes run on one stream each (a candidate's
+    # on an H100 went from 5.9 to 12.3 a second with one queue (3.8 to 11.3 beside four busy ones), and
+    # a start from 1.15 to 0.53 s (benchmarks/context_churn.py). The evaluator's processes run on one stream each (a candidate's
     # side stream is a violation), so what extra queues give, streams running side by side, goes unused.
     env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     if on_cpu:
