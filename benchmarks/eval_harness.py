@@ -277,8 +277,9 @@ def main() -> int:
         summary |= compare_with_kernelbench(kb_root, problems, rows, args.device)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    # Compact: a pass's per-candidate records run to hundreds of kB, and the results live in the repository.
     out.write_text(json.dumps({"summary": summary, "problems": list(rows.values()), "gpu_samples": gpu_samples},
-                              indent=1))
+                              separators=(",", ":")))
 
     print_table(rows, summary)
     print(f"\nwrote {out}")
