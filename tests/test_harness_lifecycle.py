@@ -126,7 +126,7 @@ def test_a_worker_whose_warm_up_fails_still_starts(monkeypatch, capsys):
     assert "run-time checks not warmed: OutOfMemoryError" in capsys.readouterr().err
 
 
-def test_the_evaluators_processes_start_cuda_with_one_hardware_queue():
+def test_the_evaluators_processes_start_cuda_with_one_hardware_queue(monkeypatch):
     """CUDA_DEVICE_MAX_CONNECTIONS=1 reaches the candidate's worker, whatever the harness's environment
     says: with eight queues per context, eight processes started and ended contexts two to three times
     slower on an H100 (benchmarks/context_churn.py)."""
@@ -139,10 +139,7 @@ def test_the_evaluators_processes_start_cuda_with_one_hardware_queue():
         "        import os\n        if os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS') != '1':\n"
         "            raise RuntimeError(f\"queues: {os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS')}\")\n"
         "        x = x.contiguous()")
-    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"
-    try:
-        with Evaluator(EvalConfig(device="cpu", trials=1, timing=False, static_checks=False, timeout_s=120)) as ev:
-            result = ev.evaluate(problem, "```python\n" + checking + "```")
-    finally:
-        os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS")
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")  # restored afterwards, whatever it was
+    with Evaluator(EvalConfig(device="cpu", trials=1, timing=False, static_checks=False, timeout_s=120)) as ev:
+        result = ev.evaluate(problem, "```python\n" + checking + "```")
     assert result.correct, result.error

@@ -1,5 +1,6 @@
 """What the judge's allocator keeps on the device between one candidate's comparisons, and when it
-gives it back (Compare.trim, Release(keep_problem=True)). The GPU side is in tests/test_gpu_harness.py."""
+gives it back (Compare.trim, Release(keep_problem=True)), and how often it waits for the device while it
+compares (once per request). The GPU side of the blocks is in tests/test_gpu_harness.py."""
 
 from __future__ import annotations
 
