@@ -16,11 +16,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from smart.algo.losses import at_least_fp32
+
 
 def _chunk_stats(hidden_NH: torch.Tensor, weight_VH: torch.Tensor, ids_N: torch.Tensor, temperature: float,
                  with_entropy: bool, entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    # fp32 from here on: a bf16 log-softmax loses the small ratios PPO relies on.
-    z_NV = F.linear(hidden_NH, weight_VH).float()
+    # fp32 (or wider) from here on: a bf16 log-softmax loses the small ratios PPO relies on.
+    z_NV = at_least_fp32(F.linear(hidden_NH, weight_VH))
     if temperature != 1.0:
         z_NV = z_NV / temperature
     lse_N = torch.logsumexp(z_NV, dim=-1)
@@ -42,7 +44,7 @@ def chunked_logprobs(
     with_entropy: bool = False,
     entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log softmax(h W^T / T)[id] (and the entropy of that softmax) for N positions, fp32.
+    """log softmax(h W^T / T)[id] (and the entropy of that softmax) for N positions, in fp32 (float64 stays).
 
     entropy_grad=False returns the entropy detached (a logged metric, not a loss term).
 
@@ -64,7 +66,7 @@ def chunked_logprobs(
         logps.append(logp)
         entropies.append(ent)
     if not logps:  # no position asked for
-        empty = hidden_NH.new_zeros(0, dtype=torch.float32)
+        empty = at_least_fp32(hidden_NH.new_zeros(0))
         return empty, (empty if with_entropy else None)
     return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)
 

@@ -19,16 +19,21 @@ KLType = Literal["k1", "k3"]
 LossAgg = Literal["token_mean", "seq_mean"]
 
 
+def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    """x in fp32, or in its own dtype when that is wider: a float64 caller (a gradient check) keeps float64."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
 def token_logprobs(logits_BTV: torch.Tensor, ids_BT: torch.Tensor) -> torch.Tensor:
     """log p(ids | logits) per position, in fp32 (bf16 log-softmax loses the ratios PPO relies on)."""
-    logits_BTV = logits_BTV.float()
+    logits_BTV = at_least_fp32(logits_BTV)
     picked_BT = torch.gather(logits_BTV, -1, ids_BT.unsqueeze(-1)).squeeze(-1)
     return picked_BT - torch.logsumexp(logits_BTV, dim=-1)
 
 
 def entropy_from_logits(logits_BTV: torch.Tensor) -> torch.Tensor:
     """Entropy of the softmax at each position: logsumexp(z) - sum(p * z)."""
-    logits_BTV = logits_BTV.float()
+    logits_BTV = at_least_fp32(logits_BTV)
     p_BTV = torch.softmax(logits_BTV, dim=-1)
     return torch.logsumexp(logits_BTV, dim=-1) - (p_BTV * logits_BTV).sum(-1)
 
