@@ -49,6 +49,40 @@ def test_heldout_problems_and_only_they_contain_a_heldout_pair():
     assert len({(p.spec.tree.canonical(), p.spec.tail) for p in problems}) == len(problems)
 
 
+def test_test_split_is_in_distribution_and_never_trained_on(tmp_path):
+    cfg = SynthConfig(n=300, seed=0, heldout_fraction=0.1, test_fraction=0.2)
+    problems = generate(cfg)
+    by_split = {s: [p for p in problems if p.split == s] for s in ("train", "test", "heldout")}
+    assert {s: len(v) for s, v in by_split.items()} == {"train": 210, "test": 60, "heldout": 30}
+    held = heldout_pair_set(cfg)
+    for p in by_split["test"]:  # the train distribution: no held-out pair
+        assert not operator_pairs(p.spec.tree, p.spec.tail) & held, p.key
+    train_fns = {(p.spec.tree.canonical(), p.spec.tail) for p in by_split["train"]}
+    assert not train_fns & {(p.spec.tree.canonical(), p.spec.tail) for p in by_split["test"]}
+    # test_fraction=0 draws the same trees as before the split existed: prepared sets stay reproducible
+    old = generate(SynthConfig(n=60, seed=2))
+    assert [p.source for p in old] == [p.source for p in generate(SynthConfig(n=60, seed=2, test_fraction=0.0))]
+    manifest = write(problems, tmp_path, cfg, static_filter(problems)[1])
+    assert manifest["counts"] == {"train": 210, "test": 60, "heldout": 30, "sft_rows": 210}
+    assert len(load_local(tmp_path / "test", level=1)) == 60
+    trained = {json.loads(line)["problem"] for line in (tmp_path / "sft_train.jsonl").read_text().splitlines()}
+    assert trained == {p.key for p in by_split["train"]}
+
+
+def test_size_controls_bound_the_operator_count_and_are_recorded(tmp_path):
+    cfg = SynthConfig(n=80, seed=1, min_ops=3, max_ops=4, max_depth=4)
+    problems = generate(cfg)
+    assert {p.spec.tree.num_ops for p in problems} == {3, 4}
+    manifest = write(problems, tmp_path, cfg, static_filter(problems)[1])
+    for row, p in zip(manifest["problems"], problems):
+        assert (row["num_ops"], row["depth"]) == (p.spec.tree.num_ops, p.spec.tree.depth)
+        assert 1 <= row["depth"] <= row["num_ops"]
+    with pytest.raises(ConfigError, match="min_ops"):
+        SynthConfig(min_ops=4, max_ops=3)
+    with pytest.raises(ConfigError, match="test_fraction"):
+        SynthConfig(heldout_fraction=0.5, test_fraction=0.5)
+
+
 def test_every_variant_passes_the_static_check_and_variants_differ():
     problems = generate(SynthConfig(n=200, seed=1))
     kept, dropped = static_filter(problems)
@@ -149,7 +183,7 @@ def test_cli_help_and_refuses_to_overwrite(tmp_path):
     assert run("--help").returncode == 0
     first = run("--out", str(tmp_path), "--n", "20")
     assert first.returncode == 0, first.stderr
-    assert "problems/min" in first.stdout and "kept 16 train + 4 held-out" in first.stdout
+    assert "problems/min" in first.stdout and "kept 16 train + 0 test + 4 held-out" in first.stdout
     again = run("--out", str(tmp_path), "--n", "20")
     assert again.returncode == 2 and "already holds a synth run" in again.stderr
 

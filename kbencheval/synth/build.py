@@ -4,9 +4,11 @@
     kept, dropped = verify(problems, device="cpu", workers=2)  # the real evaluator, every variant
     write(kept, "runs/synth", cfg, dropped)
 
+Splits: train (SFT and RL draw from it); test (new problems from the train distribution, never
+trained on: what RL can improve); heldout (every problem has an operator pair train never contains).
 Layout written (each split is a KernelBench folder that `kbencheval.dataset.load_local` reads):
     OUT/train/level1/{id}_{Name}.py            OUT/train/solutions/level1/{id}_{Name}.py (canonical)
-    OUT/heldout/level1/...                     OUT/heldout/solutions/level1/...
+    OUT/test/level1/..., OUT/heldout/level1/...  and their solutions/level1/...
     OUT/{split}/variants/level1/{id}_{Name}/{variant}.py
     OUT/manifest.json                          (split, pairs, variants, drops per problem)
     OUT/sft_train.jsonl                        ({"messages": [...]} rows for `smart sft data.sft_jsonl=...`)
@@ -28,7 +30,7 @@ from kbencheval.extract import static_check
 from kbencheval.synth.grammar import TAILS, all_pairs, operator_pairs, sample_tree
 from kbencheval.synth.render import STYLES, Spec, problem_source, solution_variants
 
-SPLITS = ("train", "heldout")
+SPLITS = ("train", "test", "heldout")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -36,11 +38,17 @@ class SynthConfig:
     n: int = 200
     """Problems to generate, train and held-out together (before verification drops any)."""
     heldout_fraction: float = 0.2
+    test_fraction: float = 0.0
+    """Share of problems in the in-distribution test split: sampled like train problems, never trained on."""
     seed: int = 0
     heldout_pairs: int = 16
     """(parent, child) operator pairs that only held-out problems contain: train never sees them."""
     max_inputs: int = 3
     max_depth: int = 3
+    min_ops: int = 2
+    max_ops: int = 0
+    """Operators per expression tree (the tail not counted), 0: no upper bound. Success falls steeply with
+    the count, so a learning run picks the sizes where its model has room to improve."""
     dtypes: list[str] = dataclasses.field(default_factory=lambda: ["float32"] * 3 + ["float16", "bfloat16"])
     """Drawn uniformly per problem (repeat an entry to weight it)."""
     tail_fraction: float = 0.6
@@ -62,6 +70,11 @@ class SynthConfig:
             raise ConfigError(f"n must be >= 2 (at least one train and one held-out problem), got {self.n}")
         if not 0 < self.heldout_fraction < 1:
             raise ConfigError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+        if not 0 <= self.test_fraction < 1 - self.heldout_fraction:
+            raise ConfigError(f"test_fraction must be in [0, 1 - heldout_fraction), got {self.test_fraction}")
+        if self.min_ops < 2 or (self.max_ops and self.max_ops < self.min_ops):
+            raise ConfigError(f"need 2 <= min_ops <= max_ops (max_ops 0: unbounded), got min_ops={self.min_ops} "
+                              f"max_ops={self.max_ops}")
         if not 1 <= self.max_inputs <= 3:
             raise ConfigError(f"max_inputs must be 1, 2 or 3, got {self.max_inputs}")
         if self.max_depth < 2:
@@ -127,27 +140,37 @@ def _name(spec: Spec) -> str:
 
 
 def generate(cfg: SynthConfig) -> list[SynthProblem]:
-    """Sample until both splits are full; deterministic in cfg. Structures (tree + tail) never repeat."""
+    """Sample until every split is full; deterministic in cfg. Structures (tree + tail) never repeat."""
     rng = random.Random(cfg.seed)
+    split_rng = random.Random(f"split:{cfg.seed}")  # train/test choice apart, so trees match test_fraction=0's
     held = heldout_pair_set(cfg)
-    want = {"heldout": max(1, round(cfg.n * cfg.heldout_fraction))}
-    want["train"] = cfg.n - want["heldout"]
+    want = {"heldout": max(1, round(cfg.n * cfg.heldout_fraction)), "test": round(cfg.n * cfg.test_fraction)}
+    want["train"] = cfg.n - want["heldout"] - want["test"]
+    p_test = want["test"] / max(1, want["train"] + want["test"])
     got = {s: [] for s in SPLITS}
     seen: set[str] = set()
-    next_id = {"train": 1, "heldout": want["train"] + 1}  # ids unique across splits, so keys are too
+    # ids unique across splits, so keys are too: train first, then test, then held-out
+    next_id = {"train": 1, "test": want["train"] + 1, "heldout": want["train"] + want["test"] + 1}
     attempts = 0
     while any(len(got[s]) < want[s] for s in SPLITS):
         attempts += 1
         if attempts > 200 * cfg.n + 10_000:
             raise ConfigError(f"could not fill the splits after {attempts} trees (have "
-                              f"{len(got['train'])} train, {len(got['heldout'])} held-out); raise max_depth or "
-                              "max_inputs, or change heldout_pairs")
+                              f"{len(got['train'])} train, {len(got['test'])} test, {len(got['heldout'])} held-out); "
+                              "raise max_depth, max_inputs or max_ops, or change heldout_pairs")
         spec = _sample_spec(rng, cfg)
+        ops = spec.tree.num_ops
+        if ops < cfg.min_ops or (cfg.max_ops and ops > cfg.max_ops):
+            continue
         key = f"{spec.tree.canonical()}>{spec.tail}"
         if key in seen:
             continue
         pairs = operator_pairs(spec.tree, spec.tail)
-        split = "heldout" if pairs & held else "train"
+        if pairs & held:
+            split = "heldout"
+        else:
+            room = [s for s in ("train", "test") if len(got[s]) < want[s]]
+            split = ("test" if split_rng.random() < p_test else "train") if len(room) == 2 else (room or ["train"])[0]
         if len(got[split]) >= want[split]:
             continue
         seen.add(key)
@@ -157,7 +180,7 @@ def generate(cfg: SynthConfig) -> list[SynthProblem]:
         got[split].append(SynthProblem(next_id[split], _name(spec), split, spec, problem_source(spec),
                                        variants, sorted(pairs)))
         next_id[split] += 1
-    return got["train"] + got["heldout"]
+    return [p for s in SPLITS for p in got[s]]
 
 
 def static_filter(problems: list[SynthProblem]) -> tuple[list[SynthProblem], collections.Counter]:
@@ -264,6 +287,7 @@ def write(problems: list[SynthProblem], out: str | Path, cfg: SynthConfig, dropp
         "dropped": dict(dropped),
         "stats": stats or {},
         "problems": [{"key": p.key, "file": p.filename, "split": p.split, "signature": p.spec.tree.signature(),
+                      "num_ops": p.spec.tree.num_ops, "depth": p.spec.tree.depth,
                       "tail": p.spec.tail, "dtype": p.spec.dtype, "pairs": [list(x) for x in p.pairs],
                       "variants": list(p.variants), "speedups": p.speedups} for p in problems],
     }

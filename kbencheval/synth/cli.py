@@ -26,9 +26,13 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--n", type=int, default=200, help="problems to generate, both splits together")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--heldout-fraction", type=float, default=0.2)
+    ap.add_argument("--test-fraction", type=float, default=0.0,
+                    help="in-distribution test split: problems sampled like train ones, never trained on")
     ap.add_argument("--heldout-pairs", type=int, default=16, help="operator pairs only held-out problems contain")
     ap.add_argument("--max-inputs", type=int, default=3)
     ap.add_argument("--max-depth", type=int, default=3)
+    ap.add_argument("--min-ops", type=int, default=2, help="fewest operators per expression (the tail not counted)")
+    ap.add_argument("--max-ops", type=int, default=0, help="most operators per expression, 0: no bound")
     ap.add_argument("--dtypes", default="float32,float32,float32,float16,bfloat16",
                     help="comma list drawn uniformly per problem (repeat one to weight it)")
     ap.add_argument("--prompt-style", default="zero_shot", help="prompt style of the SFT conversations")
@@ -51,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         cfg = SynthConfig(n=args.n, seed=args.seed, heldout_fraction=args.heldout_fraction,
+                          test_fraction=args.test_fraction, min_ops=args.min_ops, max_ops=args.max_ops,
                           heldout_pairs=args.heldout_pairs, max_inputs=args.max_inputs, max_depth=args.max_depth,
                           dtypes=[d.strip() for d in args.dtypes.split(",") if d.strip()],
                           prompt_style=args.prompt_style, sft_variants=args.sft_variants,
@@ -77,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     counts = manifest["counts"]
     variants = sum(len(p["variants"]) for p in manifest["problems"])
-    print(f"kept {counts['train']} train + {counts['heldout']} held-out problems, {variants} solution variants, "
+    print(f"kept {counts['train']} train + {counts['test']} test + {counts['heldout']} held-out problems, {variants} solution variants, "
           f"{counts['sft_rows']} SFT rows -> {out}")
     n_dropped = sum(dropped.values())
     print(f"dropped {n_dropped}" + (":" if n_dropped else ""))

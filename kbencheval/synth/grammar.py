@@ -58,6 +58,11 @@ class Node:
     def num_ops(self) -> int:
         return sum(1 for n in self.preorder() if n.op != "input")
 
+    @property
+    def depth(self) -> int:
+        """Operators on the longest path from the root to an input (an input alone: 0)."""
+        return 0 if self.op == "input" else 1 + max(c.depth for c in self.children)
+
     def inputs_used(self) -> set[int]:
         return {n.index for n in self.preorder() if n.op == "input"}
 
