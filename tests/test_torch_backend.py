@@ -208,6 +208,25 @@ def test_checkpoint_round_trip_resumes_exactly(model_dir, tmp_path):
         b.load_checkpoint(tmp_path / "missing")
 
 
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_lr_warms_up_decays_to_its_floor_and_resumes_on_schedule(model_dir, tmp_path, schedule):
+    cfg = dict(warmup_steps=2, lr_schedule=schedule, lr_decay_steps=6, min_lr_ratio=0.1)
+    # by hand: warm-up 1/2, 2/2; then progress p = (step - 2) / 4 decays 1 -> 0.1, and stays at the floor
+    shape = (lambda p: 1 - p) if schedule == "linear" else (lambda p: 0.5 * (1 + torch.cos(torch.tensor(p * torch.pi)).item()))
+    want = [0.5, 1.0] + [0.1 + 0.9 * shape(p) for p in (0.0, 0.25, 0.5, 0.75)] + [0.1, 0.1]
+    samples = _samples(2)
+    a = _backend(model_dir, **cfg)
+    got = [a.train_sft(samples)["lr"] for _ in range(4)]
+    a.save_checkpoint(tmp_path / "ckpt")
+    b = _backend(model_dir, **cfg)
+    b.load_checkpoint(tmp_path / "ckpt")
+    got += [b.train_sft(samples)["lr"] for _ in range(4)]
+    assert got == pytest.approx([1e-3 * f for f in want])
+    from kbencheval.config import ConfigError
+    with pytest.raises(ConfigError, match="lr_decay_steps"):
+        TrainConfig(model_path=model_dir, lr_schedule=schedule).validate()
+
+
 def test_state_dict_for_sync_is_a_cpu_copy_with_hf_names(model_dir):
     b = _backend(model_dir)
     sd = b.state_dict_for_sync()

@@ -293,8 +293,7 @@ class MegatronTrainBackend:
         self.model.train()
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
-        warmup = self.cfg.warmup_steps
-        lr = self.cfg.lr * (min(1.0, (self.step + 1) / warmup) if warmup > 0 else 1.0)
+        lr = self.cfg.lr * self.cfg.lr_factor(self.step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         plan = shard_plan([s.total_len for s in samples], self.dp_rank, self.dp_size, self.cfg.micro_batch_tokens)

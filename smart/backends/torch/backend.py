@@ -101,10 +101,7 @@ class TorchTrainBackend(WeightsMixin):
             weight_decay=cfg.weight_decay,
             betas=(cfg.adam_beta1, cfg.adam_beta2),
         )
-        warmup = cfg.warmup_steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
-        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, cfg.lr_factor)
         self.step = 0
 
     # ---- setup -------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 from kbencheval.config import ConfigError
@@ -64,7 +65,13 @@ class TrainConfig:
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     warmup_steps: int = 0
-    """linear warm-up of the learning rate over this many optimizer steps, then constant"""
+    """linear warm-up of the learning rate over this many optimizer steps, then lr_schedule"""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """after warm-up: constant, or a linear or cosine decay to min_lr_ratio * lr at lr_decay_steps"""
+    lr_decay_steps: int = 0
+    """the optimizer step (warm-up included) where a decaying schedule reaches its floor, and stays"""
+    min_lr_ratio: float = 0.0
+    """the decayed floor as a fraction of lr"""
     grad_clip: float = 1.0
     """max global grad norm; 0 disables clipping (the norm is still reported)"""
     micro_batch_tokens: int = 8192
@@ -92,6 +99,23 @@ class TrainConfig:
                               f"{self.micro_batch_tokens}, {self.logit_chunk_tokens}")
         if self.lr < 0 or self.weight_decay < 0 or self.grad_clip < 0 or self.warmup_steps < 0:
             raise ConfigError("lr, weight_decay, grad_clip and warmup_steps must be >= 0")
+        if self.lr_schedule not in ("constant", "linear", "cosine"):
+            raise ConfigError(f"train.lr_schedule must be constant, linear or cosine, got {self.lr_schedule!r}")
+        if self.lr_schedule != "constant" and self.lr_decay_steps <= self.warmup_steps:
+            raise ConfigError(f"train.lr_schedule={self.lr_schedule} decays until train.lr_decay_steps, which must be "
+                              f"> train.warmup_steps ({self.warmup_steps}); got {self.lr_decay_steps} (set it to num_steps)")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if self.grpo.kl_coef > 0 and not self.use_ref_model:
             raise ConfigError("grpo.kl_coef > 0 needs a reference model: set use_ref_model=true or grpo.kl_coef=0")
         self.grpo.validate()
+
+    def lr_factor(self, step: int) -> float:
+        """The learning rate of optimizer step `step` (0-based) as a fraction of lr."""
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        if self.lr_schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - self.warmup_steps) / (self.lr_decay_steps - self.warmup_steps))
+        shape = 1.0 - progress if self.lr_schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * shape
