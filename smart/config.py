@@ -174,7 +174,7 @@ class RolloutConfig:
 
 @dataclasses.dataclass(kw_only=True)
 class RewardConfig:
-    preset: Literal["tritonforge", "kevin", "staged"] = "tritonforge"
+    preset: Literal["tritonforge", "kevin", "staged", "correct"] = "tritonforge"
     reward_fn: str = ""
     """Dotted path overriding the preset: reward_fn(cfg: RewardConfig, samples: list[Sample]) -> list[float].
     Each sample carries its EvalResult in `eval_result`."""
@@ -224,6 +224,9 @@ class RLConfig:
     """HF folder (e.g. the SFT run's out_dir/hf) or hub id; trainer and engines both load it."""
     out_dir: str = "runs/rl"
     num_steps: int = 2
+    max_minutes: float = 0.0
+    """Wall-clock budget of the loop (`smart rl` only): the first step to end past it is the last, saved and
+    exported like step num_steps (0: no budget). A machine hold of fixed length then ends cleanly."""
     mode: Literal["full", "rollout_only", "train_only"] = "full"
     """Debug modes: rollout_only generates and scores (no trainer); train_only trains on replay_dir."""
     replay_dir: str = ""
@@ -272,6 +275,8 @@ class RLConfig:
                               "give one server URL per engine")
         if self.keep_last_n < 0:
             raise ConfigError("keep_last_n must be >= 0 (0 keeps every checkpoint)")
+        if self.max_minutes < 0:
+            raise ConfigError(f"max_minutes must be >= 0 (0: no wall-clock budget), got {self.max_minutes}")
         if self.max_staleness < 0:
             raise ConfigError(f"max_staleness must be >= 0 (0 = on-policy, 1 = overlap one step), got {self.max_staleness}")
         if self.mode != "rollout_only":

@@ -12,6 +12,7 @@ is the separate driver smart/train_async.py (`smart rl-async`). Start-up and tea
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import ray
@@ -34,6 +35,7 @@ def train(cfg: RLConfig) -> dict:
 def _loop(cfg: RLConfig, out: Path, start: int, actor: TrainGroup | None, rollout, filter_fn, tracker: Tracker) -> dict:
     metrics: dict = {}
     rc = cfg.rollout
+    started = time.monotonic()
     for step in range(start, cfg.num_steps):
         timer = PhaseTimer()
         metrics = {}
@@ -61,13 +63,18 @@ def _loop(cfg: RLConfig, out: Path, start: int, actor: TrainGroup | None, rollou
         if rollout and cfg.eval_every and (step + 1) % cfg.eval_every == 0:
             with timer("eval"):
                 metrics |= ray.get(rollout.evaluate_heldout.remote())
-        last = step + 1 == cfg.num_steps
+        out_of_time = cfg.max_minutes > 0 and time.monotonic() - started >= 60 * cfg.max_minutes
+        last = step + 1 == cfg.num_steps or out_of_time
         if actor and (last or (cfg.save_every and (step + 1) % cfg.save_every == 0)):
             with timer("save"):
                 data_state = ray.get(rollout.data_state.remote()) if rollout else None
                 save_checkpoint(out, step, actor, {"data": data_state}, cfg.keep_last_n)
         metrics |= timer.metrics()
         tracker.log(step, metrics)
+        if out_of_time and not step + 1 == cfg.num_steps:
+            print(f"smart rl: max_minutes={cfg.max_minutes:g} reached; stopped after step {step + 1} of {cfg.num_steps}",
+                  file=sys.stderr)
+            break
     return metrics
 
 

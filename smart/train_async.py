@@ -93,6 +93,9 @@ def check_async(cfg: RLConfig) -> None:
     if cfg.mode != "full" or cfg.replay_dir:
         raise ConfigError(f"smart rl-async overlaps generation with training; mode={cfg.mode} "
                           f"replay_dir={cfg.replay_dir!r} has nothing to overlap: use smart rl")
+    if cfg.max_minutes:
+        raise ConfigError(f"max_minutes={cfg.max_minutes:g} stops the synchronous driver between steps; the "
+                          "asynchronous one has rollouts in flight then: use smart rl, or num_steps")
     grpo = getattr(cfg.train, "grpo", None)
     if cfg.max_staleness > 0 and (grpo is None or grpo.tis_clip <= 0):
         raise ConfigError(f"max_staleness={cfg.max_staleness} trains on samples of older weights and "

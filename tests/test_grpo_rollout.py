@@ -122,3 +122,37 @@ def test_top_p_is_fine_without_a_trainer(tmp_path):
     from smart.ray.actor_group import train_config_for
 
     assert train_config_for(cfg.train, cfg.model_path, cfg.rollout.temperature).grpo.temperature == 0.7
+
+
+class FakeActor(FakeTrainer):
+    def train_step(self, samples, normalize_std, group_by):
+        return {"loss": 0.0}
+
+
+class FakeTracker:
+    def __init__(self):
+        self.steps = []
+
+    def log(self, step, metrics):
+        self.steps.append(step)
+
+
+@pytest.mark.parametrize("max_minutes, steps_run", [(1.0, [0, 1]), (0.0, [0, 1, 2, 3])])
+def test_max_minutes_ends_the_loop_after_the_step_that_passes_it_with_a_checkpoint(tmp_path, monkeypatch,
+                                                                                   max_minutes, steps_run):
+    from smart import train as driver
+    from smart.tracking import save_rollouts
+
+    samples = [Sample(index=i, group_index=0, prompt_token_ids=[1], response_token_ids=[2], loss_mask=[1],
+                      rollout_logprobs=[0.0], status=SampleStatus.COMPLETED, reward=float(i)) for i in range(2)]
+    save_rollouts(tmp_path / "rollouts" / "step_00000.jsonl", samples)
+    clock = iter(range(0, 10_000, 40))  # each step takes 40 s of the loop's clock
+    monkeypatch.setattr(driver.time, "monotonic", lambda: next(clock))
+    cfg = RLConfig(mode="train_only", replay_dir=str(tmp_path / "rollouts"), num_steps=4, save_every=0,
+                   max_minutes=max_minutes)
+    tracker = FakeTracker()
+    driver._loop(cfg, tmp_path / "out", 0, FakeActor(), None, None, tracker)
+    assert tracker.steps == steps_run  # 40 s < 60 s after step 0; 80 s >= 60 s after step 1: stop there
+    assert latest_checkpoint(tmp_path / "out").name == f"step_{len(steps_run):06d}"  # saved as a last step is
+    with pytest.raises(ConfigError, match="max_minutes must be >= 0"):
+        RLConfig(model_path="m", max_minutes=-1).validate()

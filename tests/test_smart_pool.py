@@ -128,12 +128,42 @@ def test_the_problems_slowest_so_far_start_first(local_ray):
     pool.close()
 
 
+@ray.remote(num_cpus=0)
+class CountingWorker:
+    """Says, in each verdict, how many candidates it has judged so far."""
+
+    def __init__(self, eval_cfg, evaluators=1):
+        self.judged = 0
+
+    def evaluate(self, problem, text, backend):
+        self.judged += 1
+        return EvalResult(status=Status.CORRECT, problem=problem.key, checks={"judged": self.judged})
+
+    def close(self):
+        pass
+
+
+def test_the_same_code_for_the_same_problem_is_judged_once(local_ray):
+    relu, tanh = (Problem(level=1, problem_id=i, name=n, source="") for i, n in ((1, "ReLU"), (2, "Tanh")))
+    pool = EvalPool(RewardConfig(num_workers=1, eval=EvalConfig(timeout_s=30.0)), worker_cls=CountingWorker)
+    code = "```python\nclass ModelNew: pass\n```"
+    # the same code in other prose is the same kernel; another problem, other code or no code block is not
+    jobs = [(relu, code), (relu, f"Here it is:\n{code}\nDone."), (tanh, code), (relu, code),
+            (relu, code.replace("pass", "x = 1")), (relu, "I cannot write this kernel.")]
+    results = pool.evaluate(jobs, backend="triton")
+    assert [r.problem for r in results] == [relu.key, relu.key, tanh.key, relu.key, relu.key, relu.key]
+    judged = [r.checks["judged"] for r in results]
+    assert judged[0] == judged[1] == judged[3] and len(set(judged)) == 4
+    assert results[3] is not results[0] and pool.metrics()["eval/deduplicated"] == 2.0  # a copy each
+    pool.close()
+
+
 def test_pool_reports_harness_restarts(local_ray):
     problem = Problem(level=1, problem_id=1, name="ReLU", source="")
     pool = EvalPool(RewardConfig(num_workers=1, eval=EvalConfig(timeout_s=30.0)), worker_cls=FakeWorker)
     assert pool.metrics()["eval/harness_restarts"] == 0
     pool.evaluate([(problem, "restarted"), (problem, "restarted")], backend="triton")  # cumulative counts
-    assert pool.metrics() == {"eval/workers_replaced": 0.0, "eval/harness_restarts": 3.0}
+    assert pool.metrics() == {"eval/workers_replaced": 0.0, "eval/deduplicated": 1.0, "eval/harness_restarts": 3.0}
     pool.close()
 
 
@@ -150,12 +180,12 @@ def test_a_slow_candidate_gets_the_evaluators_clean_timeout(local_ray):
 def test_lanes_overlap_candidates_and_a_replaced_worker_reruns_its_bystanders(local_ray, tmp_path):
     """evaluators_per_worker=2: two candidates run at once on one worker; when one hangs and the worker
     is replaced, the candidate beside it is not blamed: it runs again and gets its own verdict."""
-    problem = Problem(level=1, problem_id=1, name="ReLU", source="")
+    problem, other = Problem(level=1, problem_id=1, name="ReLU", source=""), Problem(level=1, problem_id=2, name="Tanh", source="")
     # Deadlines (5 s) far above the 2 s sleeps: on a loaded CI machine the worker's start and dispatch
     # took over a second, and a 2 s deadline on a 1 s sleep timed out.
     cfg = RewardConfig(num_workers=1, evaluators_per_worker=2, eval=EvalConfig(timeout_s=3.0), deadline_margin_s=2.0)
     pool = EvalPool(cfg, worker_cls=FakeWorker)
-    both = pool.evaluate([(problem, "sleep")] * 2, backend="triton")
+    both = pool.evaluate([(problem, "sleep"), (other, "sleep")], backend="triton")  # two problems: no shared verdict
     assert [r.status.value for r in both] == ["correct"] * 2
     [first, second] = [r.checks["ran"] for r in both]
     assert max(first[0], second[0]) < min(first[1], second[1])  # side by side: each started before the other ended

@@ -48,6 +48,14 @@ def test_staged(res, expected):
     assert shaped_reward(res, RewardConfig(preset="staged")) == pytest.approx(expected)
 
 
+@pytest.mark.parametrize("res, expected", [
+    (FORMAT, 0.0), (COMPILE_ERR, 0.0), (CRASHED, 0.0), (INCORRECT, 0.0), (CORRECT_UNTIMED, 1.0), (CORRECT_SLOW, 1.0),
+    (CORRECT_5, 1.0),  # speed pays nothing
+])
+def test_correct(res, expected):
+    assert shaped_reward(res, RewardConfig(preset="correct")) == pytest.approx(expected)
+
+
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_rejected_is_strictly_lowest(preset):
     cfg = RewardConfig(preset=preset)

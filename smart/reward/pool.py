@@ -3,6 +3,8 @@
     pool = EvalPool(RewardConfig(num_workers=2, eval=EvalConfig(device="cpu", timeout_s=60)))
     results = pool.evaluate([(problem, llm_text), ...], backend="triton")   # EvalResults, in order
 
+The same code for the same problem is judged once per call.
+
 One deadline rule: the per-candidate limit is the evaluator's own (`reward.eval.timeout_s`), and the
 pool waits `eval.timeout_s + reward.deadline_margin_s` for a worker. A slow
 candidate therefore gets the evaluator's clean `timeout` verdict and its worker lives on; only a
@@ -14,6 +16,7 @@ fails to start within `reward.worker_start_timeout_s` stops the step with an err
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import queue
@@ -25,6 +28,7 @@ from kbencheval.dataset import Problem
 from kbencheval.eval.harness import EvalConfig
 from kbencheval.eval.result import EvalResult, Status
 from kbencheval.eval.schedule import EvalSeconds
+from kbencheval.extract import extract_code
 from smart.config import RewardConfig
 
 
@@ -63,6 +67,7 @@ class EvalPool:
         self._starting: dict[int, tuple] = {}  # worker index -> (its ready ref, when it was spawned)
         self.workers = [self._spawn(i) for i in range(cfg.num_workers)]
         self.replaced = 0  # workers killed for a deadline or a crash, over the pool's life
+        self.deduplicated = 0  # jobs that shared the verdict of the same code on the same problem
         self._restarts = [0] * cfg.num_workers  # fork server + judge restarts inside each worker's Evaluator
         self._retired_restarts = 0
         self.eval_seconds = EvalSeconds()  # per problem, over the pool's life: the longest start first
@@ -94,7 +99,7 @@ class EvalPool:
 
     def metrics(self) -> dict[str, float]:
         """Over the pool's life: workers replaced, and processes each Evaluator restarted after they died."""
-        return {"eval/workers_replaced": float(self.replaced),
+        return {"eval/workers_replaced": float(self.replaced), "eval/deduplicated": float(self.deduplicated),
                 "eval/harness_restarts": float(self._retired_restarts + sum(self._restarts))}
 
     def _replace(self, i: int, inflight: dict, pending: list, idle: list) -> None:
@@ -112,6 +117,19 @@ class EvalPool:
         self.replaced += 1
 
     def evaluate(self, jobs: list[tuple[Problem, str]], backend: str) -> list[EvalResult]:
+        """One verdict per job, in order. Jobs with the same problem and the same code (as the evaluator
+        extracts it) are judged once and share the verdict: a group of samples often repeats a kernel."""
+        first_of: dict[tuple, int] = {}
+        # a text with no code block keeps its own verdict (a format error that can depend on the text)
+        keys = [(problem.key, "code", code) if (code := extract_code(text)) is not None else (problem.key, "text", text)
+                for problem, text in jobs]
+        unique = [first_of.setdefault(key, j) for j, key in enumerate(keys)]
+        todo = sorted(set(unique))
+        verdicts = dict(zip(todo, self._evaluate_unique([jobs[j] for j in todo], backend)))
+        self.deduplicated += len(jobs) - len(todo)
+        return [verdicts[j] if j == u else copy.deepcopy(verdicts[u]) for j, u in enumerate(unique)]
+
+    def _evaluate_unique(self, jobs: list[tuple[Problem, str]], backend: str) -> list[EvalResult]:
         wait_for = self.cfg.eval.timeout_s + self.cfg.deadline_margin_s
         results: list[EvalResult | None] = [None] * len(jobs)
         # A step ends with its last reward: the problems slowest to evaluate so far go first (schedule.py).

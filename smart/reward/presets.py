@@ -5,6 +5,8 @@ Presets, all with `rejected` (the candidate broke the rules) strictly lowest:
                + min(speedup - 1, cap) when faster
   kevin        0.3 * correct + speedup * correct                        (Kevin-32B's shaping)
   staged       w_format * formatted + w_compile * compiled + w_correct * correct + w_speed * min(speedup - 1, cap)
+  correct      1 if correct else 0: correctness alone (training rewards with timing off); no partial
+               credit, so a group's advantages come only from kernels that work
 Speedup is None when the device gave no meaningful timing (the CPU interpreter); it then adds nothing.
 """
 
@@ -52,7 +54,12 @@ def staged_reward(result: EvalResult, cfg: RewardConfig) -> float:
     return r
 
 
+def correct_reward(result: EvalResult, cfg: RewardConfig) -> float:
+    return float(result.correct)
+
+
 PRESETS: dict[str, Callable[[EvalResult, "RewardConfig"], float]] = {
+    "correct": correct_reward,
     "tritonforge": tritonforge_reward,
     "kevin": kevin_reward,
     "staged": staged_reward,
