@@ -21,7 +21,7 @@
 #                   Qwen3 1.2 GB fp32 (distributed: gloo, NCCL refuses 2 ranks on 1 GPU); ~2 min       (240)
 #   async           smart rl vs smart rl-async step time, trainer + engine on the GPU, 20M Qwen3,
 #                   32 samples x 256 tokens, 6 steps each; ~2 min                                       (240)
-#   learning_start  the learning run (issue 13), detached with setsid: it outlives this call, but only
+#   learning_start  the learning run, detached with setsid: it outlives this call, but only
 #                   while the machine stays held (at most 30 minutes, and 30 s idle between calls), so
 #                   keep making calls until it is done; carry runs/learn_gpu_synth.tgz to skip synth;
 #                   LEARNING_OVERRIDES="synth.solution_style=inline sft.num_steps=1200" passes key=values
@@ -93,9 +93,11 @@ for step in "$@"; do
       rm -rf "$learn" && mkdir -p "$learn/run"
       # A synthetic set prepared off the device (carry runs/learn_gpu_synth.tgz): its stage is then skipped.
       [ -f runs/learn_gpu_synth.tgz ] && tar xzf runs/learn_gpu_synth.tgz -C "$learn/run"
+      # The run reads its scripts from a copy: later calls replace the working tree it was started from.
+      cp -a . "$learn/src"
       # shellcheck disable=SC2086  # LEARNING_OVERRIDES is a list of key=value words
-      setsid nohup bash scripts/run_learning.sh configs/learn_synth_gpu.yaml "$learn/run" ${LEARNING_OVERRIDES:-} \
-          > "$learn/log" 2>&1 &
+      (cd "$learn/src" && setsid nohup bash scripts/run_learning.sh configs/learn_synth_gpu.yaml "$learn/run" \
+          ${LEARNING_OVERRIDES:-} > "$learn/log" 2>&1 &)
       echo "== learning_start: started (pid $!); poll with the learning_status step" ;;
     learning_status)
       cp "$learn/log" "$work/learning.log" 2>/dev/null

@@ -5,7 +5,9 @@ Used by scripts/run_learning.sh: splits one learning-run YAML into the files eac
 with their own config classes so a bad key fails here, before any stage runs, and prints the other
 stages' settings as shell assignments (LEARN_*) for the launcher to `eval`.
 
-Top-level keys: seed, model {vocab_size, hidden, layers}, synth {kbench synth flags}, eval {...},
+Top-level keys: seed, model {vocab_size, hidden, layers}, synth {kbench synth flags}, eval {split (test: the
+in-distribution split, or heldout: unseen operator pairs), greedy, heldout_problems/heldout_samples (the
+unseen-pair evaluation beside a test one), timing, sampling and evaluator settings},
 sft {SFTConfig}, rl {RLConfig}, sft_stop {every, num_problems, num_samples, min_pass_at_k} (SFT in chunks
 of `every` steps up to sft.num_steps, probing held-out pass@num_samples after each, stopping at the
 first chunk that reaches min_pass_at_k), controls {sft_continued, shuffled_rewards}. Overrides are
@@ -31,7 +33,8 @@ from kbencheval.config import ConfigError  # noqa: E402
 SECTIONS = {"seed": int, "model": dict, "synth": dict, "eval": dict, "sft": dict, "rl": dict, "sft_stop": dict,
             "controls": dict}
 EVAL_KEYS = {"num_problems", "num_samples", "temperature", "top_p", "max_tokens", "device", "num_gpus",
-             "cpu_workers", "workers_per_gpu", "trials", "batch_size"}
+             "cpu_workers", "workers_per_gpu", "trials", "batch_size", "split", "greedy", "heldout_problems",
+             "heldout_samples", "timing"}
 MODEL_KEYS = {"vocab_size", "hidden", "layers"}
 SFT_STOP_KEYS = {"every", "num_problems", "num_samples", "min_pass_at_k"}
 CONTROL_KEYS = {"sft_continued", "shuffled_rewards"}
@@ -59,6 +62,12 @@ def load(path: str, overrides: list[str]) -> dict:
         bad = set(cfg.get(section, {})) - keys
         if bad:
             raise ConfigError(f"unknown {section} keys {sorted(bad)} in {path}; known: {', '.join(sorted(keys))}")
+    split = cfg.get("eval", {}).get("split", "heldout")
+    if split not in ("test", "heldout"):
+        raise ConfigError(f"eval.split must be test (in-distribution, needs synth.test_fraction > 0) or heldout "
+                          f"(unseen operator pairs), got {split!r}")
+    if split == "test" and not cfg.get("synth", {}).get("test_fraction"):
+        raise ConfigError("eval.split=test evaluates the in-distribution test split: set synth.test_fraction > 0")
     stop = cfg.get("sft_stop", {})
     if stop and (set(stop) != SFT_STOP_KEYS or int(stop["every"]) < 1 or int(stop["num_samples"]) < 1
                  or int(stop["num_problems"]) < 1):
@@ -71,6 +80,10 @@ def stage_configs(cfg: dict, run: Path) -> tuple[dict, dict]:
     """The SFT and RL configs with the run's paths filled in (the pipeline owns these keys)."""
     seed = int(cfg.get("seed", 0))
     sft = dict(cfg.get("sft", {}))
+    train = dict(sft.get("train", {}))
+    if train.get("lr_schedule", "constant") != "constant":  # a decay ends where SFT does, unless set
+        train.setdefault("lr_decay_steps", sft.get("num_steps"))
+        sft["train"] = train
     sft |= {"model_path": str(run / "base"), "out_dir": str(run / "sft"), "seed": seed,
             "data": {**sft.get("data", {}), "sft_jsonl": str(run / "synth" / "sft_train.jsonl")}}
     rl = dict(cfg.get("rl", {}))
@@ -139,8 +152,8 @@ def main(argv: list[str]) -> int:
     flat |= {f"CONTROLS_{k.upper()}": v for k, v in cfg.get("controls", {}).items()}
     flat["PROMPT_STYLE"] = rl.get("rollout", {}).get("prompt_style", "one_shot")
     flat["SFT_NUM_STEPS"] = sft_cfg.num_steps
-    # the continued-SFT control trains as many optimizer steps as GRPO took
-    flat["RL_OPTIMIZER_STEPS"] = rl_cfg.num_steps * getattr(getattr(rl_cfg.train, "grpo", None), "num_steps_per_rollout", 1)
+    # the continued-SFT control trains as many optimizer steps as GRPO took (its steps x this)
+    flat["RL_STEPS_PER_ROLLOUT"] = getattr(getattr(rl_cfg.train, "grpo", None), "num_steps_per_rollout", 1)
     for key, value in flat.items():
         value = str(value).lower() if isinstance(value, bool) else value
         print(f"LEARN_{key}={shlex.quote(str(value))}")

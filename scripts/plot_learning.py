@@ -1,17 +1,17 @@
 """python scripts/plot_learning.py RUN_DIR [--out docs/results/learning]
 
-Renders a learning run's curves as PNGs from its TensorBoard events (RUN/sft/tb, RUN/rl/tb) and its
-held-out reports (RUN/evals/heldout_{sft,rl,sft_continued,rl_shuffled}.json, written by `kbench report --json`)
-and SFT probes (RUN/sft/probes.txt):
+Renders a learning run's curves as PNGs from its TensorBoard events (RUN/sft/tb, RUN/rl/tb), its
+evaluation reports (RUN/evals/{test,heldout}_{sft,rl,sft_continued,rl_shuffled}[_greedy].json, written by
+`kbench report --json`) and SFT probes (RUN/sft/probes.txt):
   sft_loss.png      SFT loss per step
   rl_reward.png     GRPO mean reward per step
   rl_rates.png      rollout correct, fast_1 and compile rates per step (training problems), and the control's
   rl_kl.png         KL to the reference (when the run logged one) and the engine/trainer logprob gap
   tokens_per_s.png  generation and training tokens/s per phase
   sft_probe.png     held-out pass@k of the SFT probes per SFT step (where SFT stopped)
-  heldout.png       held-out pass@1 correctness and fast_1 after SFT, after RL and for the controls run,
-                    95% Wilson intervals
-and summary.json with the held-out numbers and the stage seconds. Missing inputs are reported, not fatal.
+  test.png, heldout.png  pass@1 correctness and fast_1 after SFT, after RL and for the controls run, on the
+                    in-distribution test split and the unseen-pair split, 95% Wilson intervals
+and summary.json with those numbers (keys test, heldout) and the stage seconds. Missing inputs are reported, not fatal.
 """
 
 from __future__ import annotations
@@ -148,15 +148,20 @@ def main(argv: list[str] | None = None) -> int:
         if probes_txt.is_file() else []
     (written if line_plot(out / "sft_probe.png", "SFT held-out probe", {"pass@k": probes}, "pass@k") else missing).append(
         "sft_probe.png")
-    numbers = {}
-    for phase, label in PHASES.items():
-        report = run / "evals" / f"heldout_{phase}.json"
-        if report.is_file():
-            numbers[label] = heldout_numbers(json.loads(report.read_text()))
-    (written if heldout_plot(out / "heldout.png", numbers) else missing).append("heldout.png")
+    by_split = {}
+    for split in ("test", "heldout"):  # the in-distribution test split, and unseen operator pairs
+        numbers = {}
+        for phase, label in PHASES.items():
+            for suffix, kind in (("", ""), ("_greedy", ", greedy")):
+                report = run / "evals" / f"{split}_{phase}{suffix}.json"
+                if report.is_file():
+                    numbers[label + kind] = heldout_numbers(json.loads(report.read_text()))
+        if numbers or split == "heldout":
+            by_split[split] = numbers
+            (written if heldout_plot(out / f"{split}.png", numbers) else missing).append(f"{split}.png")
     stages = run / "stage_seconds.txt"
     seconds = dict(line.split() for line in stages.read_text().splitlines() if line.strip()) if stages.is_file() else {}
-    summary = {"heldout": numbers, "sft_probes": probes, "stage_seconds": {k: int(v) for k, v in seconds.items()},
+    summary = {**by_split, "sft_probes": probes, "stage_seconds": {k: int(v) for k, v in seconds.items()},
                "plots": written, "missing": missing}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"wrote {len(written)} plots to {out}" + (f"; no data for {', '.join(missing)}" if missing else ""))

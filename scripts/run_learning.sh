@@ -33,37 +33,50 @@ timed() {  # timed NAME CMD...: run a stage and record its wall seconds
   echo "$name $(( $(date +%s) - t0 ))" >> "$RUN/stage_seconds.txt"
 }
 
-heldout_subset() {  # heldout_subset OFFSET COUNT: held-out problem ids [OFFSET, OFFSET+COUNT) as kbench's subset=[...]
-  "$PY" - "$RUN/synth/manifest.json" "$1" "$2" <<'EOF'
+split_subset() {  # split_subset SPLIT OFFSET COUNT: problem ids [OFFSET, OFFSET+COUNT) of a split, as kbench's subset=[...]
+  "$PY" - "$RUN/synth/manifest.json" "$1" "$2" "$3" <<'EOF'
 import json, sys
-manifest = json.load(open(sys.argv[1]))
-ids = sorted(int(p["file"].split("_")[0]) for p in manifest["problems"] if p["split"] == "heldout")
-offset, count = int(sys.argv[2]), int(sys.argv[3])
+manifest, split = json.load(open(sys.argv[1])), sys.argv[2]
+ids = sorted(int(p["file"].split("_")[0]) for p in manifest["problems"] if p["split"] == split)
+offset, count = int(sys.argv[3]), int(sys.argv[4])
 if len(ids) <= offset:
-    sys.exit(f"run_learning.sh: {len(ids)} held-out problems, none after the first {offset}; raise synth.n "
-             "or lower eval.num_problems (the SFT probe uses the held-out problems after the evaluation's)")
+    sys.exit(f"run_learning.sh: {len(ids)} {split} problems, none after the first {offset}; raise synth.n (or "
+             "synth.test_fraction) or lower eval.num_problems (the SFT probe uses the problems after the evaluation's)")
 print("[" + ",".join(map(str, ids[offset:offset + count])) + "]")
 EOF
 }
 
-evaluate() {  # evaluate TAG MODEL OFFSET COUNT SAMPLES [kbench eval key=value ...]: RUN/evals/heldout_TAG.json
-  local tag=$1 model=$2 subset samples=$5 name=heldout_$1
-  subset=$(heldout_subset "$3" "$4")
-  shift 5
-  timed "generate_$tag" "$PY" -m kbencheval.cli generate run_name="$name" runs_dir="$RUN/evals" dataset_src=local \
-    dataset_path="$RUN/synth/heldout" level=1 subset="$subset" num_samples="$samples" \
-    server_type=embedded model_name="$model" temperature="$LEARN_EVAL_TEMPERATURE" top_p="$LEARN_EVAL_TOP_P" \
+evaluate() {  # evaluate NAME MODEL SPLIT OFFSET COUNT SAMPLES TEMPERATURE [kbench eval key=value ...]: RUN/evals/NAME.json
+  local name=$1 model=$2 split=$3 subset samples=$6 temperature=$7
+  subset=$(split_subset "$split" "$4" "$5")
+  shift 7
+  timed "generate_$name" "$PY" -m kbencheval.cli generate run_name="$name" runs_dir="$RUN/evals" dataset_src=local \
+    dataset_path="$RUN/synth/$split" level=1 subset="$subset" num_samples="$samples" \
+    server_type=embedded model_name="$model" temperature="$temperature" top_p="$LEARN_EVAL_TOP_P" \
     max_tokens="$LEARN_EVAL_MAX_TOKENS" seed="$LEARN_SEED" prompt_style="$LEARN_PROMPT_STYLE" \
     batch_size="${LEARN_EVAL_BATCH_SIZE:-0}"
-  local trials=(); [[ -n "${LEARN_EVAL_TRIALS:-}" ]] && trials=(eval.trials="$LEARN_EVAL_TRIALS")
-  timed "eval_$tag" "$PY" -m kbencheval.cli eval run_name="$name" runs_dir="$RUN/evals" device="$LEARN_EVAL_DEVICE" \
+  local extra=()
+  [[ -n "${LEARN_EVAL_TRIALS:-}" ]] && extra+=(eval.trials="$LEARN_EVAL_TRIALS")
+  [[ "${LEARN_EVAL_TIMING:-true}" == false ]] && extra+=(eval.timing=false)
+  timed "eval_$name" "$PY" -m kbencheval.cli eval run_name="$name" runs_dir="$RUN/evals" device="$LEARN_EVAL_DEVICE" \
     num_gpus="${LEARN_EVAL_NUM_GPUS:-0}" cpu_workers="${LEARN_EVAL_CPU_WORKERS:-1}" \
-    workers_per_gpu="${LEARN_EVAL_WORKERS_PER_GPU:-1}" "${trials[@]}" "$@"
+    workers_per_gpu="${LEARN_EVAL_WORKERS_PER_GPU:-1}" "${extra[@]}" "$@"
   "$PY" -m kbencheval.cli report "$name" runs_dir="$RUN/evals" --json > "$RUN/evals/$name.json"
 }
 
-evaluate_heldout() {  # evaluate_heldout TAG MODEL: the before/after evaluation, identical for every checkpoint
-  evaluate "$1" "$2" 0 "$LEARN_EVAL_NUM_PROBLEMS" "$LEARN_EVAL_NUM_SAMPLES"
+SPLIT=${LEARN_EVAL_SPLIT:-heldout}
+evaluate_checkpoint() {  # evaluate_checkpoint TAG MODEL: the before/after evaluations, identical for every checkpoint
+  local tag=$1 model=$2
+  [[ -f "$RUN/evals/${SPLIT}_$tag.json" ]] || evaluate "${SPLIT}_$tag" "$model" "$SPLIT" 0 "$LEARN_EVAL_NUM_PROBLEMS" \
+    "$LEARN_EVAL_NUM_SAMPLES" "$LEARN_EVAL_TEMPERATURE"
+  if [[ "${LEARN_EVAL_GREEDY:-false}" == true && ! -f "$RUN/evals/${SPLIT}_${tag}_greedy.json" ]]; then
+    evaluate "${SPLIT}_${tag}_greedy" "$model" "$SPLIT" 0 "$LEARN_EVAL_NUM_PROBLEMS" 1 0
+  fi
+  # the unseen-operator-pair split beside an in-distribution primary
+  if [[ "$SPLIT" != heldout && "${LEARN_EVAL_HELDOUT_PROBLEMS:-0}" -gt 0 && ! -f "$RUN/evals/heldout_$tag.json" ]]; then
+    evaluate "heldout_$tag" "$model" heldout 0 "$LEARN_EVAL_HELDOUT_PROBLEMS" "${LEARN_EVAL_HELDOUT_SAMPLES:-4}" \
+      "$LEARN_EVAL_TEMPERATURE"
+  fi
 }
 
 pass_at_k() {  # pass_at_k REPORT.json K: the unbiased pass@K over the report's problems
@@ -86,11 +99,11 @@ sft_until_stop() {  # SFT, in chunks with a held-out probe after each when sft_s
     step=$(( step + LEARN_SFT_STOP_EVERY > LEARN_SFT_NUM_STEPS ? LEARN_SFT_NUM_STEPS : step + LEARN_SFT_STOP_EVERY ))
     timed "sft_to_$step" "$PY" -m smart.cli sft "$RUN/config/sft.yaml" num_steps="$step"  # resumes the last chunk
     # correctness only: the probe decides when to stop; the evaluations below measure speed too
-    evaluate "sft_probe_$step" "$RUN/sft/hf" "$LEARN_EVAL_NUM_PROBLEMS" "$LEARN_SFT_STOP_NUM_PROBLEMS" \
-      "$LEARN_SFT_STOP_NUM_SAMPLES" eval.timing=false
-    pass=$(pass_at_k "$RUN/evals/heldout_sft_probe_$step.json" "$LEARN_SFT_STOP_NUM_SAMPLES")
+    evaluate "${SPLIT}_sft_probe_$step" "$RUN/sft/hf" "$SPLIT" "$LEARN_EVAL_NUM_PROBLEMS" "$LEARN_SFT_STOP_NUM_PROBLEMS" \
+      "$LEARN_SFT_STOP_NUM_SAMPLES" "$LEARN_EVAL_TEMPERATURE" eval.timing=false
+    pass=$(pass_at_k "$RUN/evals/${SPLIT}_sft_probe_$step.json" "$LEARN_SFT_STOP_NUM_SAMPLES")
     echo "$step $pass" >> "$RUN/sft/probes.txt"
-    echo "== SFT step $step: held-out probe pass@$LEARN_SFT_STOP_NUM_SAMPLES = $pass" >&2
+    echo "== SFT step $step: $SPLIT probe pass@$LEARN_SFT_STOP_NUM_SAMPLES = $pass" >&2
     if (( step >= LEARN_SFT_NUM_STEPS )) || \
        "$PY" -c "import sys; sys.exit(float(sys.argv[1]) < float(sys.argv[2]))" "$pass" "$LEARN_SFT_STOP_MIN_PASS_AT_K"; then
       break
@@ -100,12 +113,15 @@ sft_until_stop() {  # SFT, in chunks with a held-out probe after each when sft_s
 }
 
 sft_continued() {  # the control: SFT resumed where it stopped, for as many optimizer steps as GRPO took
-  local stopped
+  local stopped rl_steps end
   stopped=$(cat "$RUN/sft/stopped_at")
+  rl_steps=$("$PY" -c 'import glob, json, sys
+print(max(json.load(open(f))["next_step"] for f in glob.glob(sys.argv[1] + "/checkpoints/step_*/run_state.json")))' "$RUN/rl")
+  end=$(( stopped + rl_steps * LEARN_RL_STEPS_PER_ROLLOUT ))
   mkdir -p "$RUN/sft_continued/checkpoints"
   cp -r "$RUN/sft/checkpoints/step_$(printf %06d "$stopped")" "$RUN/sft_continued/checkpoints/"
-  "$PY" -m smart.cli sft "$RUN/config/sft.yaml" out_dir="$RUN/sft_continued" \
-    num_steps=$(( stopped + LEARN_RL_OPTIMIZER_STEPS ))
+  # a decaying schedule is stretched to the new end (at the old one its lr would be the floor)
+  "$PY" -m smart.cli sft "$RUN/config/sft.yaml" out_dir="$RUN/sft_continued" num_steps="$end" train.lr_decay_steps="$end"
 }
 
 # shellcheck disable=SC2086  # LEARN_SYNTH_ARGS is a list of flags
@@ -115,17 +131,18 @@ sft_continued() {  # the control: SFT resumed where it stopped, for as many opti
   --vocab-size "$LEARN_MODEL_VOCAB_SIZE" --hidden "$LEARN_MODEL_HIDDEN" --layers "$LEARN_MODEL_LAYERS" \
   --seed "$LEARN_SEED" --corpus "$RUN/synth/train"
 [[ -f "$RUN/sft/stopped_at" ]] || sft_until_stop
-[[ -f "$RUN/evals/heldout_sft.json" ]] || evaluate_heldout sft "$RUN/sft/hf"
+evaluate_checkpoint sft "$RUN/sft/hf"
 [[ -f "$RUN/rl/hf/config.json" ]] || timed rl bash scripts/run_rl.sh "$RUN/config/rl.yaml"
-[[ -f "$RUN/evals/heldout_rl.json" ]] || evaluate_heldout rl "$RUN/rl/hf"
+evaluate_checkpoint rl "$RUN/rl/hf"
 if [[ "${LEARN_CONTROLS_SFT_CONTINUED:-false}" == true ]]; then
   [[ -f "$RUN/sft_continued/hf/config.json" ]] || timed sft_continued sft_continued
-  [[ -f "$RUN/evals/heldout_sft_continued.json" ]] || evaluate_heldout sft_continued "$RUN/sft_continued/hf"
+  evaluate_checkpoint sft_continued "$RUN/sft_continued/hf"
 fi
 if [[ "${LEARN_CONTROLS_SHUFFLED_REWARDS:-false}" == true ]]; then
   [[ -f "$RUN/rl_shuffled/hf/config.json" ]] || timed rl_shuffled bash scripts/run_rl.sh "$RUN/config/rl.yaml" \
     out_dir="$RUN/rl_shuffled" reward.reward_fn=smart.reward.controls:shuffled_preset_rewards
-  [[ -f "$RUN/evals/heldout_rl_shuffled.json" ]] || evaluate_heldout rl_shuffled "$RUN/rl_shuffled/hf"
+  evaluate_checkpoint rl_shuffled "$RUN/rl_shuffled/hf"
 fi
 "$PY" scripts/plot_learning.py "$RUN" --out "$RUN/plots"
+"$PY" scripts/learning_compare.py "$RUN" --out "$RUN/plots/compare.json"
 echo "run_learning.sh: done; held-out reports in $RUN/evals/, curves in $RUN/plots/" >&2

@@ -84,3 +84,19 @@ def test_summarize_per_level_rates():
     assert s["levels"]["2"]["geomean_speedup"] == pytest.approx(0.5)
     assert s["all"]["geomean_speedup"] == pytest.approx(math.sqrt(2.0 * 0.5))
     assert s["all"]["fast_p"]["1"] == pytest.approx(1 / 4)
+
+
+def test_paired_bootstrap_by_hand():
+    from kbencheval.bench.metrics import paired_bootstrap
+
+    same = paired_bootstrap([0.2, 0.5, 0.0], [0.2, 0.5, 0.0])
+    assert (same["diff"], same["lo"], same["hi"], same["n"]) == (0.0, 0.0, 0.0, 3)
+    shifted = paired_bootstrap([0.0, 0.25, 0.5], [0.125, 0.375, 0.625])  # every problem +0.125: no spread
+    assert shifted["diff"] == shifted["lo"] == shifted["hi"] == pytest.approx(0.125)
+    # one problem of 20 gains a full point: the mean moves 0.05 and the interval spans 0 (the gain may be luck)
+    lucky = paired_bootstrap([0.0] * 20, [1.0] + [0.0] * 19)
+    assert lucky["diff"] == pytest.approx(0.05) and lucky["lo"] == 0.0 and 0.05 <= lucky["hi"] <= 0.15
+    # pairing: a large shared spread between problems does not widen the interval of a uniform change
+    assert paired_bootstrap([0.0, 0.9, 0.1, 0.8], [0.1, 1.0, 0.2, 0.9])["lo"] == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="equally long"):
+        paired_bootstrap([0.1], [0.1, 0.2])

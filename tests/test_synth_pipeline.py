@@ -21,31 +21,38 @@ def test_run_learning_produces_every_stage(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
 
     manifest = json.loads((run / "synth" / "manifest.json").read_text())
-    assert manifest["counts"]["train"] >= 1 and manifest["counts"]["heldout"] >= 1
-    assert manifest["stats"]["verified"] is True
+    assert min(manifest["counts"][s] for s in ("train", "test", "heldout")) > 0
+    assert manifest["stats"]["verified"] is True and max(p["num_ops"] for p in manifest["problems"]) <= 3
     for folder in ("base", "sft/hf", "rl/hf", "sft_continued/hf"):
         assert (run / folder / "config.json").is_file(), folder
     assert list((run / "rl" / "rollouts").glob("step_*.jsonl"))
 
+    # each checkpoint: the test split sampled (2 problems x 2) and greedy (x 1), the unseen-pair split (2 x 1)
     for phase in ("sft", "rl", "sft_continued"):
-        report = json.loads((run / "evals" / f"heldout_{phase}.json").read_text())
-        assert report["summary"]["all"]["n_samples"] == 4  # 2 held-out problems x 2 samples
-        assert report["model"].endswith(f"{phase}/hf")
+        for name, n in ((f"test_{phase}", 4), (f"test_{phase}_greedy", 2), (f"heldout_{phase}", 2)):
+            report = json.loads((run / "evals" / f"{name}.json").read_text())
+            assert report["summary"]["all"]["n_samples"] == n, name
+            assert report["model"].endswith(f"{phase}/hf")
 
-    # SFT ran in chunks of 2 steps up to 3, a held-out probe after each (a toy model never reaches the bar),
-    # on a held-out problem the evaluations do not use; the control resumed it for GRPO's 2 optimizer steps
+    # SFT ran in chunks of 2 steps up to 3, a test-split probe after each (a toy model never reaches the bar),
+    # on a test problem the evaluations do not use; the control resumed it for GRPO's 2 optimizer steps
     assert [line.split()[0] for line in (run / "sft" / "probes.txt").read_text().splitlines()] == ["2", "3"]
     assert (run / "sft" / "stopped_at").read_text().strip() == "3"
-    probe = json.loads((run / "evals" / "heldout_sft_probe_3.json").read_text())
-    evaluated = {p["problem_key"] for p in json.loads((run / "evals" / "heldout_sft.json").read_text())["problems"]}
+    probe = json.loads((run / "evals" / "test_sft_probe_3.json").read_text())
+    evaluated = {p["problem_key"] for p in json.loads((run / "evals" / "test_sft.json").read_text())["problems"]}
     assert probe["summary"]["all"]["n_samples"] == 2 and not {p["problem_key"] for p in probe["problems"]} & evaluated
     assert sorted((run / "sft_continued" / "checkpoints").glob("step_*"))[-1].name == "step_000005"
 
     summary = json.loads((run / "plots" / "summary.json").read_text())
-    assert {"sft_loss.png", "rl_reward.png", "tokens_per_s.png", "heldout.png"} <= set(summary["plots"])
+    assert {"sft_loss.png", "rl_reward.png", "tokens_per_s.png", "test.png", "heldout.png"} <= set(summary["plots"])
     for name in summary["plots"]:
         assert (run / "plots" / name).read_bytes()[:4] == b"\x89PNG"
-    assert set(summary["heldout"]) == {"after SFT", "after RL", "SFT continued (control)"}
+    assert set(summary["test"]) == {f"{p}{g}" for p in ("after SFT", "after RL", "SFT continued (control)")
+                                    for g in ("", ", greedy")}
     assert [step for step, _ in summary["sft_probes"]] == [2, 3]
-    assert {"synth", "model", "sft_to_2", "sft_to_3", "rl", "eval_sft", "eval_rl", "sft_continued"} <= set(
+    assert {"synth", "model", "sft_to_2", "sft_to_3", "rl", "eval_test_sft", "eval_test_rl", "sft_continued"} <= set(
         summary["stage_seconds"])
+    compare = json.loads((run / "plots" / "compare.json").read_text())
+    change = compare["test"]["pass@1: rl - sft"]
+    assert change["n"] == 2 and change["lo"] <= change["diff"] <= change["hi"]
+    assert set(compare["test"]["pass@1 by operators"]) <= {"2", "3"}

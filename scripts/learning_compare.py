@@ -1,0 +1,104 @@
+"""python scripts/learning_compare.py RUN_DIR [--out RUN_DIR/plots/compare.json]
+
+Paired comparisons of a learning run's checkpoints on the same problems and sampling seeds
+(RUN/evals/{split}_{phase}[_greedy].json from `kbench report --json`): for each split, each measure
+(pass@1 at T=1, pass@k at the largest k the samples allow, greedy pass@1) and each pair (RL vs SFT,
+continued SFT vs SFT, RL vs continued SFT, shuffled-reward RL vs SFT), the mean change over problems with
+a paired 95% bootstrap interval; and pass@1 per expression size (operators, from RUN/synth/manifest.json).
+Prints a table, writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kbencheval.bench.metrics import paired_bootstrap, pass_at_k  # noqa: E402
+
+PAIRS = (("rl", "sft"), ("sft_continued", "sft"), ("rl", "sft_continued"), ("rl_shuffled", "sft"))
+
+
+def per_problem(report: dict, k: int) -> dict[str, float]:
+    """problem key -> unbiased pass@k from its n samples and c correct."""
+    return {p["problem_key"]: pass_at_k(p["n"], p["correct"], k) for p in report["problems"] if p["n"] >= k}
+
+
+def compare(evals: Path, sizes: dict[str, int]) -> dict:
+    out: dict = {}
+    for split in ("test", "heldout"):
+        reports = {f.stem[len(split) + 1:]: json.loads(f.read_text()) for f in sorted(evals.glob(f"{split}_*.json"))
+                   if "_probe_" not in f.stem}
+        if not reports:
+            continue
+        k_max = min((p["n"] for r in reports.values() for p in r["problems"]), default=1)
+        measures = {"pass@1": ("", 1), f"pass@{k_max}": ("", k_max), "greedy pass@1": ("_greedy", 1)}  # k_max 1: one key
+        rows = {}
+        for measure, (suffix, k) in measures.items():
+            scores = {phase: per_problem(reports[phase + suffix], k) for phase, _ in PAIRS + (("sft", None),)
+                      if phase + suffix in reports}
+            for phase, values in scores.items():
+                rows.setdefault(measure, {})[phase] = sum(values.values()) / max(1, len(values))
+            for after, before in PAIRS:
+                if after in scores and before in scores:
+                    keys = sorted(set(scores[after]) & set(scores[before]))
+                    rows[f"{measure}: {after} - {before}"] = paired_bootstrap(
+                        [scores[before][key] for key in keys], [scores[after][key] for key in keys])
+        by_size: dict = {}
+        for phase, report in reports.items():
+            if phase.endswith("_greedy"):
+                continue
+            for p in report["problems"]:
+                size = sizes.get(p["problem_key"])
+                cell = by_size.setdefault(str(size), {}).setdefault(phase, [0, 0])
+                cell[0] += p["correct"]
+                cell[1] += p["n"]
+        rows["pass@1 by operators"] = {size: {phase: round(c / n, 4) for phase, (c, n) in cells.items()}
+                                       for size, cells in sorted(by_size.items())}
+        out[split] = rows
+    return out
+
+
+def print_table(result: dict) -> None:
+    for split, rows in result.items():
+        print(f"== {split}")
+        for name, value in rows.items():
+            if isinstance(value, dict) and "diff" in value:
+                print(f"  {name:42s} {100 * value['diff']:+6.1f} points  95% [{100 * value['lo']:+.1f}, "
+                      f"{100 * value['hi']:+.1f}]  ({value['n']} problems)")
+            elif name == "pass@1 by operators":
+                for size, phases in value.items():
+                    print(f"  pass@1, {size} operators: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in phases.items()))
+            else:
+                print(f"  {name:42s} " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in value.items()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", type=Path, help="a learning run's folder (RUN/evals, RUN/synth/manifest.json)")
+    ap.add_argument("--out", type=Path, help="JSON output (default RUN/plots/compare.json)")
+    args = ap.parse_args(argv)
+    evals = args.run / "evals"
+    if not evals.is_dir():
+        print(f"learning_compare: {evals} does not exist; pass a run folder written by scripts/run_learning.sh",
+              file=sys.stderr)
+        return 2
+    manifest = args.run / "synth" / "manifest.json"
+    sizes = {}
+    if manifest.is_file():
+        sizes = {p["key"]: p.get("num_ops") for p in json.loads(manifest.read_text())["problems"]}
+    result = compare(evals, sizes)
+    print_table(result)
+    out = args.out or args.run / "plots" / "compare.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
