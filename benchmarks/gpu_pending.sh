@@ -98,7 +98,7 @@ for step in "$@"; do
       # shellcheck disable=SC2086  # LEARNING_OVERRIDES is a list of key=value words
       (cd "$learn/src" && setsid nohup bash scripts/run_learning.sh configs/learn_synth_gpu.yaml "$learn/run" \
           ${LEARNING_OVERRIDES:-} > "$learn/log" 2>&1 &)
-      echo "== learning_start: started (pid $!); poll with the learning_status step" ;;
+      echo "== learning_start: started; poll with the learning_status step" ;;
     learning_status)
       cp "$learn/log" "$work/learning.log" 2>/dev/null
       cp "$learn"/run/summary.json "$learn"/run/stage_seconds.txt "$learn"/run/sft/probes.txt "$learn"/run/evals/*.json \
