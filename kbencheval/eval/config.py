@@ -44,7 +44,8 @@ class EvalConfig:
     verdict then says so (checks["cpu_verdict"])."""
     sandbox: Literal["auto", "kernel", "bwrap", "none"] = "auto"
     """kernel: the namespace, capability, Landlock and seccomp layers that work here (docs/evaluator.md).
-    auto: those, inside bubblewrap when it works. bwrap: require bubblewrap. none: no sandbox (tests, benchmarks)."""
+    auto: those, inside bubblewrap when it works. bwrap: require bubblewrap. none: no sandbox (tests, benchmarks).
+    Except with none, evaluation refuses without the minimum sandbox (see sandbox_accept)."""
     sandbox_accept: list[str] = dataclasses.field(default_factory=list)
     """Parts of the minimum sandbox this run accepts missing (pid-ns, fs-write, net-ns: sandbox/minimum.py).
     Without them, evaluation refuses where the machine cannot provide all three (the error names the fix);
