@@ -105,7 +105,8 @@ def timing_modes(records: list[dict]) -> dict[str, dict]:
 
 def comparison_only_note(report: dict) -> str:
     """One line for speedups measured in a comparison-only timing mode, or ''."""
-    modes = [f"{mode} ({m['n']} samples)" for mode, m in report.get("timing_modes", {}).items() if not m["reward_grade"]]
+    modes = [f"{mode} ({m['n']} samples)" for mode, m in report.get("timing_modes", {}).items()
+             if not m["reward_grade"]]
     if not modes:
         return ""
     return (f"timed with timing_mode={', '.join(modes)}: comparison-only, not reward-grade (the candidate's worker "
