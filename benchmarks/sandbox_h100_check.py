@@ -45,7 +45,8 @@ def main() -> int:
 
     relu = next(p for p in load_bundled(1) if p.problem_id == 1)
     t = time.perf_counter()
-    with Evaluator(EvalConfig(device=args.device, sandbox="auto", static_checks=False)) as ev:
+    with Evaluator(EvalConfig(device=args.device, sandbox="auto", static_checks=False,
+                                accept_cpu_tripwires_only=args.device == "cpu")) as ev:
         start_s = time.perf_counter() - t
         honest = ev.evaluate(relu, "```python\n" + relu.solution_source + "```")
     print(f"Evaluator start {start_s:.1f} s; honest ReLU: {honest.status.value} {honest.error}")

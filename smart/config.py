@@ -202,7 +202,8 @@ class RewardConfig:
     stops with an error. A candidate's deadline is counted from its worker's start, not its own."""
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     """kbencheval's EvalConfig, the same section `kbench run-one` / `kbench eval` take as eval.*:
-    reward.eval.device=cuda reward.eval.trials=2 reward.eval.timeout_s=300 reward.eval.timing_mode=cuda_graph ..."""
+    reward.eval.device=cuda reward.eval.trials=2 reward.eval.timeout_s=300 ... (timing_mode stays trusted: the
+    others are comparison-only and refused here)"""
 
     def validate(self) -> None:
         if self.rejected_reward >= 0:
@@ -214,6 +215,7 @@ class RewardConfig:
                               "reward.worker_start_timeout_s > 0")
         if self.evaluators_per_worker < 1:
             raise ConfigError(f"reward.evaluators_per_worker={self.evaluators_per_worker}: set it >= 1")
+        self.eval.require_reward_grade("reward.eval")
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -53,13 +53,31 @@ def strict():
 @pytest.fixture(scope="module")
 def runtime_only():
     """Static checks off: only the sandbox and run-time checks stand between attack and verdict."""
-    with Evaluator(EvalConfig(device="cpu", timeout_s=10, memory_limit_gb=4, static_checks=False)) as ev:
+    with Evaluator(EvalConfig(device="cpu", timeout_s=10, memory_limit_gb=4, static_checks=False,
+                                accept_cpu_tripwires_only=True)) as ev:
         yield ev
 
 
 def assert_survives(ev: Evaluator):
     result = ev.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
     assert result.status == Status.CORRECT, result.error
+
+
+def test_static_checks_off_on_the_cpu_needs_the_weaker_verdict_accepted():
+    from kbencheval.config import ConfigError
+
+    with pytest.raises(ConfigError, match="accept the weaker verdict with accept_cpu_tripwires_only=true"):
+        EvalConfig(device="cpu", static_checks=False)
+
+
+@pytest.mark.parametrize("static", [True, False], ids=["static_on", "static_off"])
+def test_cpu_verdict_says_what_rests_on_the_static_allowlist(strict, runtime_only, static):
+    result = (strict if static else runtime_only).evaluate(RELU, "```python\n" + RELU.solution_source + "```")
+    assert result.status == Status.CORRECT, result.error
+    promises = "custom kernels did the work, no tampering with harness objects: rest on "
+    assert result.checks["cpu_verdict"].startswith(promises + ("the static allow-list" if static else
+                                                               "in-process tripwires only"))
+    assert static or "accept_cpu_tripwires_only" in result.checks["cpu_verdict"]
 
 
 # Each attack: (id, code, evaluator fixture, allowed verdicts)

@@ -253,7 +253,8 @@ HONEST = {RELU.key: RELU.solution_source, SOFTPLUS.key: SOFTPLUS_SOLUTION.replac
 def evaluators():
     # The trusted timing protocol runs under the interpreter too (its numbers mean nothing there).
     cfg = dict(device="cpu", timeout_s=60, memory_limit_gb=4, trials=2, timing_on_cpu=True, iters=20, warmup=1)
-    with Evaluator(EvalConfig(**cfg)) as strict, Evaluator(EvalConfig(**cfg, static_checks=False)) as runtime_only:
+    runtime_only_cfg = EvalConfig(**cfg, static_checks=False, accept_cpu_tripwires_only=True)
+    with Evaluator(EvalConfig(**cfg)) as strict, Evaluator(runtime_only_cfg) as runtime_only:
         yield {True: strict, False: runtime_only}
 
 

@@ -335,7 +335,8 @@ def test_a_worker_killed_by_a_driver_out_of_memory_error_names_it_and_is_retried
         "sys.stderr.flush()",
         "os._exit(1)"))
     text = "```python\n" + relu.solution_source.replace(head, f"{head}\n{dies}") + "```"
-    with Evaluator(EvalConfig(device="cpu", trials=1, stress_trials=False, timeout_s=60, static_checks=False)) as ev:
+    with Evaluator(EvalConfig(device="cpu", trials=1, stress_trials=False, timeout_s=60, static_checks=False,
+                                accept_cpu_tripwires_only=True)) as ev:
         result = ev.evaluate(relu, text)
     assert result.status.value == "runtime_error", result.error
     assert "exited with code 1" in result.error and "RuntimeError: CUDA error: out of memory" in result.error
@@ -427,7 +428,8 @@ def test_modelnew_is_built_at_the_first_request_not_before_ready():
     head = "super().__init__()"
     assert head in relu.solution_source
     slow = relu.solution_source.replace(head, head + "\n        import time; time.sleep(1.5)", 1)
-    with Evaluator(EvalConfig(device="cpu", trials=1, stress_trials=False, timeout_s=60, static_checks=False)) as ev:
+    with Evaluator(EvalConfig(device="cpu", trials=1, stress_trials=False, timeout_s=60, static_checks=False,
+                                accept_cpu_tripwires_only=True)) as ev:
         result = ev.evaluate(relu, "```python\n" + slow + "```")
         broken = ev.evaluate(relu, "```python\n" + relu.solution_source.replace(head, head + "; raise ValueError('no')", 1)
                              + "```")

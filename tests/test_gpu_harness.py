@@ -206,6 +206,7 @@ def test_cuda_graph_mode():
         result = ev.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
     assert result.status == Status.CORRECT and result.speedup > 0, result.error
     assert result.checks["device_kernels"]["source"] == "graph", result.checks["device_kernels"]
+    assert result.checks["timing_mode"]["reward_grade"] is False  # comparison-only (test_timing_grade.py)
 
 
 def test_behaves_during_checks_then_stops_working(gpu_eval):
@@ -318,6 +319,8 @@ def test_trusted_timing_is_the_default_and_says_how_it_measured(gpu_eval, gpu_ev
     # Two judged timed outputs per round (iters=20: eight in all).
     assert len(trusted.checks["correctness_timed_outputs"]) == 2 * len(trusted.checks["timing_rounds"]) == 2 * len(round_sizes(20))
     assert "untrusted" in eager.checks["timing_trust"]
+    assert trusted.checks["timing_mode"] == {"mode": "trusted", "reward_grade": True}
+    assert eager.checks["timing_mode"]["reward_grade"] is False
     # A memory-bound ReLU: graph replay and eager events agree within launch overhead.
     assert 0.5 < trusted.speedup / eager.speedup < 2.0, (trusted.speedup, eager.speedup)
 

@@ -140,6 +140,7 @@ def test_the_evaluators_processes_start_cuda_with_one_hardware_queue(monkeypatch
         "            raise RuntimeError(f\"queues: {os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS')}\")\n"
         "        x = x.contiguous()")
     monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")  # restored afterwards, whatever it was
-    with Evaluator(EvalConfig(device="cpu", trials=1, timing=False, static_checks=False, timeout_s=120)) as ev:
+    with Evaluator(EvalConfig(device="cpu", trials=1, timing=False, static_checks=False, accept_cpu_tripwires_only=True,
+                                timeout_s=120)) as ev:
         result = ev.evaluate(problem, "```python\n" + checking + "```")
     assert result.correct, result.error

@@ -63,6 +63,7 @@ DEVICE = os.environ.get("KBENCH_SANDBOX_TEST_DEVICE", "cpu")
 
 def kernel_sandbox_evaluator():
     return Evaluator(EvalConfig(device=DEVICE, sandbox="kernel", static_checks=False, memory_limit_gb=4,
+                                accept_cpu_tripwires_only=DEVICE == "cpu",
                                 timeout_s=30 if DEVICE == "cpu" else 120, iters=10))
 
 

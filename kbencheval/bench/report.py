@@ -88,7 +88,29 @@ def build_report(run: Path) -> dict:
         "unreadable_lines": unreadable,
         "summary": summarize(rows),
         "problems": per_problem(rows),
+        "timing_modes": timing_modes(rows),
     }
+
+
+def timing_modes(records: list[dict]) -> dict[str, dict]:
+    """Timed verdicts per timing mode, and whether a reward may use that mode's numbers (checks["timing_mode"])."""
+    modes: dict[str, dict] = {}
+    for r in records:
+        grade = (r.get("checks") or {}).get("timing_mode")
+        if isinstance(grade, dict) and grade.get("mode"):
+            entry = modes.setdefault(grade["mode"], {"n": 0, "reward_grade": bool(grade.get("reward_grade"))})
+            entry["n"] += 1
+    return modes
+
+
+def comparison_only_note(report: dict) -> str:
+    """One line for speedups measured in a comparison-only timing mode, or ''."""
+    modes = [f"{mode} ({m['n']} samples)" for mode, m in report.get("timing_modes", {}).items()
+             if not m["reward_grade"]]
+    if not modes:
+        return ""
+    return (f"timed with timing_mode={', '.join(modes)}: comparison-only, not reward-grade (the candidate's worker "
+            "timed itself); rewards and trusted numbers use timing_mode=trusted")
 
 
 def per_problem(records: list[dict]) -> list[dict]:
@@ -162,6 +184,8 @@ def print_tables(report: dict) -> None:
     if report["n_results"] < report["n_generations"]:
         stdout.print(f"[yellow]{report['n_results']} of {report['n_generations']} generations evaluated; "
                      f"run `kbench eval run_name={report['run_name']}` to finish[/]")
+    if note := comparison_only_note(report):
+        stdout.print(f"[yellow]{note}[/]")
     if any(g["n_correct_untimed"] for _, g in groups_of(report)):
         stdout.print("[yellow]some correct samples have no meaningful timing (CPU interpreter): "
                      f"their speedups are shown as '{UNTIMED}'[/]")
@@ -286,6 +310,7 @@ def write_html(report: dict, plots: dict[str, bytes], path: Path) -> None:
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}} table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:4px 10px;text-align:right}} figure{{display:inline-block;margin:8px}}</style>
 </head><body><h1>{html.escape(report['run_name'])}</h1><p>{html.escape(meta)}</p>
+{f"<p><b>{html.escape(comparison_only_note(report))}</b></p>" if comparison_only_note(report) else ""}
 <h2>Outcomes</h2>{outcome}<h2>fast_p and pass@k</h2>
 <p>fast_p: fraction of samples that are correct with speedup &gt; p; fast_0 is the correct rate.
 "{UNTIMED}": correct samples were not timed meaningfully (CPU interpreter), so no speedup is claimed.</p>{fast}

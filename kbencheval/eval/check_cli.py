@@ -116,9 +116,18 @@ def _print_human(result) -> None:
             table.add_row(name, f"{stats.median_us:.1f}", f"{stats.p10_us:.1f}", f"{stats.p90_us:.1f}", str(stats.n))
         console.print(table)
         console.print(f"speedup: [bold]{result.speedup:.3f}x[/]")
+    grade = result.checks.get("timing_mode")
+    if isinstance(grade, dict) and not grade.get("reward_grade", True):
+        console.print(f"[yellow]timing_mode={grade.get('mode')}: comparison-only, not reward-grade (the candidate's "
+                      "worker timed itself); rewards use timing_mode=trusted[/]")
     elif result.correct:
         console.print("timing: not meaningful on this device (Triton interpreter)")
     console.print(f"sandbox: {', '.join(result.sandbox)}")
+    if weaker := result.checks.get("sandbox_weaker"):
+        console.print(f"[yellow]weaker sandbox accepted ({weaker.get('by')}): missing "
+                      f"{', '.join(weaker.get('accepted_missing', []))}[/]")
+    if "cpu_verdict" in result.checks:
+        console.print(f"on the CPU: {result.checks['cpu_verdict']}")
     if "served_by" in result.checks:
         served = result.checks["served_by"]
         console.print(f"served by kbench serve-eval (pid {served['pid']}) at {served['socket']}")

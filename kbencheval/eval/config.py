@@ -7,6 +7,12 @@ import os
 from typing import Literal
 
 from kbencheval.config import ConfigError
+from kbencheval.eval.sandbox.minimum import MINIMUM
+
+REWARD_TIMING_MODES = ("trusted",)
+"""Timing modes a reward may use. events / cuda_graph time the candidate inside its own worker, where it
+can behave differently when captured or timed (a kernel lazy on 7 of 8 graph replays was `correct` at
+8.6x under cuda_graph): they are for comparison with published numbers only."""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -32,9 +38,18 @@ class EvalConfig:
     """Torch ops a candidate's forward may call on top of the problem's ALLOWED_TORCH_OPS (e.g. aten.convolution)."""
     static_checks: bool = True
     """Scan the code for forbidden constructs before running it. Off only to test the run-time defences."""
+    accept_cpu_tripwires_only: bool = False
+    """On the CPU there is no device record, so with static_checks=false "the kernels did the work" rests on
+    in-process tripwires a candidate can defeat: that configuration is refused unless this is set, and each
+    verdict then says so (checks["cpu_verdict"])."""
     sandbox: Literal["auto", "kernel", "bwrap", "none"] = "auto"
     """kernel: the namespace, capability, Landlock and seccomp layers that work here (docs/evaluator.md).
-    auto: those, inside bubblewrap when it works. bwrap: require bubblewrap. none: no sandbox (tests, benchmarks)."""
+    auto: those, inside bubblewrap when it works. bwrap: require bubblewrap. none: no sandbox (tests, benchmarks).
+    Except with none, evaluation refuses without the minimum sandbox (see sandbox_accept)."""
+    sandbox_accept: list[str] = dataclasses.field(default_factory=list)
+    """Parts of the minimum sandbox this run accepts missing (pid-ns, fs-write, net-ns: sandbox/minimum.py).
+    Without them, evaluation refuses where the machine cannot provide all three (the error names the fix);
+    with them, each verdict lists the layers that were active and checks["sandbox_weaker"] what was accepted."""
     memory_limit_gb: float = 16.0
     """Host memory cap per candidate (address space on cpu; resident memory watched on GPUs)."""
     cpu_threads: int = 0
@@ -103,6 +118,19 @@ class EvalConfig:
                               "set timing_input_gb > 0 and judge_cache_gb >= 0")
         if self.memory_limit_gb <= 0:
             raise ConfigError(f"memory_limit_gb={self.memory_limit_gb}: set memory_limit_gb > 0")
+        if unknown := [a for a in self.sandbox_accept if a not in MINIMUM]:
+            raise ConfigError(f"sandbox_accept={','.join(self.sandbox_accept)}: {unknown[0]!r} is not part of the "
+                              f"minimum sandbox; name some of {', '.join(MINIMUM)}")
+        if self.on_cpu and not self.static_checks and not self.accept_cpu_tripwires_only:
+            raise ConfigError("static_checks=false on the CPU leaves 'the kernels did the work' to in-process "
+                              "tripwires a candidate can defeat (no device record there): set static_checks=true, "
+                              "or accept the weaker verdict with accept_cpu_tripwires_only=true")
+
+    def require_reward_grade(self, where: str = "eval") -> None:
+        """Raise unless verdicts under this config may become rewards (smart's reward section, EvalPool)."""
+        if self.timing and self.timing_mode not in REWARD_TIMING_MODES:
+            raise ConfigError(f"{where}.timing_mode={self.timing_mode} is comparison-only (the candidate's worker "
+                              f"times itself, so its figures can be forged): set {where}.timing_mode=trusted")
 
     def __post_init__(self):
         self.validate()
@@ -115,6 +143,13 @@ class EvalConfig:
     @property
     def on_cpu(self) -> bool:
         return self.device == "cpu"
+
+
+def timing_grade(mode: str) -> dict:
+    """checks["timing_mode"] of a timed verdict: its mode, and whether a reward may use its numbers."""
+    if mode in REWARD_TIMING_MODES:
+        return {"mode": mode, "reward_grade": True}
+    return {"mode": mode, "reward_grade": False, "why": "comparison-only: timed inside the candidate's worker"}
 
 
 def cpu_threads_per_evaluator(cfg: EvalConfig, evaluators_on_cpu: int) -> EvalConfig:

@@ -199,7 +199,7 @@ def main() -> None:
                 elif job["kind"] == "idle":  # no PID namespace: compile children are plain children
                     pid = init = None
                 else:
-                    pid = os.fork()  # into the judge's PID namespace, when there is one
+                    pid = init = os.fork()  # into the judge's PID namespace, when there is one
                     if pid == 0:
                         _run_child(job, plan, layers)
                     judge = {pid} if job["kind"] == "judge" else judge

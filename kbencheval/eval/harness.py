@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from kbencheval.dataset import Problem
-from kbencheval.eval.config import EvalConfig
+from kbencheval.eval.config import EvalConfig, timing_grade
 from kbencheval.eval.gate import DeviceGate
 from kbencheval.eval.launch import Conn, Launch, Worker, accept_from
 from kbencheval.eval.protocol import CandidateJob, Compare, JudgeJob, Prepare, Release, TimingSpec
@@ -224,12 +224,28 @@ class Evaluator:
             result.checks["harness_restarts"] = dict(self.restarts)
             if self._restarted:  # before this candidate: why, and what it cost
                 result.checks["harness_restarted"], self._restarted = self._restarted, None
+            result.checks.update(self._trust_record())
             result.versions = self._versions
             result.eval_seconds = round(time.monotonic() - t0, 3)
             result.error = scrub(result.error, str(self._scratch))
             result.feedback = scrub(result.feedback, str(self._scratch)) if result.feedback else feedback_text(result)
             self._fork_spare()
             return result
+
+    def _trust_record(self) -> dict:
+        """What a verdict's numbers and promises are worth here: its timing mode, on the CPU what rests on the
+        static allow-list, and the parts of the minimum sandbox the user accepted missing."""
+        cfg, record = self.cfg, {}
+        if cfg.timing and (not cfg.on_cpu or cfg.timing_on_cpu):
+            record["timing_mode"] = timing_grade(cfg.timing_mode)
+        if cfg.on_cpu:
+            promises = "custom kernels did the work, no tampering with harness objects"
+            record["cpu_verdict"] = (f"{promises}: rest on the static allow-list (no device record on the CPU)"
+                                     if cfg.static_checks else f"{promises}: rest on in-process tripwires only "
+                                     "(static_checks=false, accepted by accept_cpu_tripwires_only)")
+        if self._server.accepted_missing:
+            record["sandbox_weaker"] = {"accepted_missing": self._server.accepted_missing, "by": "sandbox_accept"}
+        return record
 
     def _evaluate_guarded(self, problem: Problem, text: str, backend: str, seeds: RunSeeds) -> EvalResult:
         try:

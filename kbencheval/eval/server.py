@@ -23,6 +23,7 @@ from kbencheval.eval.config import EvalConfig
 from kbencheval.eval.gate import physical_device_key
 from kbencheval.eval.kernel_cache import shared_compiler
 from kbencheval.eval.launchers import shared_builder
+from kbencheval.eval.sandbox import minimum
 from kbencheval.eval.sandbox.env import sandbox_env
 from kbencheval.eval.session import tail
 
@@ -138,6 +139,8 @@ class _Server:
                                      env=env, start_new_session=True, text=True, bufsize=1)
         self.lock = threading.Lock()
         self._scratch, self._sandbox_off, self.ready = scratch, cfg.sandbox == "none", False
+        self._accept = list(cfg.sandbox_accept)
+        self.accepted_missing: list[str] = []  # parts of the minimum sandbox missing here, as the user accepted
         if wait:
             self.wait_ready()
 
@@ -157,6 +160,12 @@ class _Server:
         self.missing.update(ready.get("missing", {}))
         if self._sandbox_off:
             self.missing["kernel-sandbox"] = "sandbox=none"
+        else:  # fail closed: untrusted code runs only inside the minimum sandbox, or what the user accepted
+            unmet = minimum.unmet(self.protections)
+            if refused := [u for u in unmet if u not in self._accept]:
+                self.close()
+                raise HarnessError(minimum.refusal(refused, self.missing))
+            self.accepted_missing = unmet
         self.ready = True
 
     def _read(self, timeout: float) -> dict:

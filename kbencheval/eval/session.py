@@ -38,7 +38,7 @@ HARNESS_KEYS = frozenset({"seeds", "static", "sizes", "stress_trials", "timing_r
                           "device_kernels", "reference_kernels", "physical_floor_us", "speedup_of_medians",
                           "device_gate", "harness_restarts", "harness_restarted", "served_by", "device_oom_retry",
                           "judge_reserved_gb", "harness_s", "compiles_aside", "fresh_inputs",
-                          "prepare_oom_retry", "judge_parts_s"})
+                          "prepare_oom_retry", "judge_parts_s", "timing_mode", "cpu_verdict", "sandbox_weaker"})
 
 
 class _Verdict(Exception):

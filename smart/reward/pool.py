@@ -38,6 +38,7 @@ class EvalWorker:
     max_concurrency); their device gate lets one time at once."""
 
     def __init__(self, eval_cfg: EvalConfig, evaluators: int = 1):
+        eval_cfg.require_reward_grade("reward.eval")  # its verdicts become rewards, however it was made
         if eval_cfg.on_cpu:
             os.environ["TRITON_INTERPRET"] = "1"  # Triton kernels run under the interpreter on CPU
         from kbencheval.eval.config import device_memory_per_evaluator
@@ -63,6 +64,7 @@ class EvalWorker:
 class EvalPool:
     def __init__(self, cfg: RewardConfig, slots: list | None = None, worker_cls=EvalWorker):
         """`slots`: placement-group slots for GPU eval workers (one per worker); None on CPU."""
+        cfg.eval.require_reward_grade("reward.eval")
         self.cfg, self.worker_cls, self.slots = cfg, worker_cls, slots
         self._starting: dict[int, tuple] = {}  # worker index -> (its ready ref, when it was spawned)
         self.workers = [self._spawn(i) for i in range(cfg.num_workers)]

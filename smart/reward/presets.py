@@ -72,6 +72,10 @@ def shaped_reward(result: EvalResult | None, cfg: RewardConfig) -> float:
         result = EvalResult(status=Status.FORMAT_ERROR)
     if result.status == Status.REJECTED:
         return cfg.rejected_reward
+    grade = result.checks.get("timing_mode")
+    if isinstance(grade, dict) and not grade.get("reward_grade", True):  # e.g. replayed from a comparison run
+        raise ValueError(f"a verdict timed with timing_mode={grade.get('mode')} is comparison-only and cannot be "
+                         "a reward: evaluate it again with timing_mode=trusted")
     return PRESETS[cfg.preset](result, cfg)
 
 
