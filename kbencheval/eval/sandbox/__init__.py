@@ -43,6 +43,8 @@ def lock_down(layers: list[str], writable: list[str], readable: list[str] | None
     """Landlock, then seccomp: after CUDA is initialised on GPUs, before any candidate code. Reads are
     limited to `writable` and `readable` beyond the allow-list of reads.py."""
     done = []
+    if "private-tmp" not in layers:  # the host's /tmp: other users' and jobs' files
+        writable = [w for w in writable if w != "/tmp"]
     if "landlock-fs" in layers:
         done += landlock.restrict(writable, readable=reads.allowed(readable or []) if "landlock-read" in layers else None)
     if "seccomp" in layers:
