@@ -218,3 +218,21 @@ class ModelNew(nn.Module):
 '''
     result = evaluators[False].evaluate(RELU, body(code))
     assert result.status == Status.RUNTIME_ERROR and 0 < len(result.error) <= 1000 and len(result.feedback) <= 1000
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("static", [True, False], ids=["static_on", "static_off"])
+def test_reads_are_denied_on_the_gpu(gpu_eval, gpu_runtime_only, planted, static):
+    """The same reads on a GPU worker (Landlock after CUDA's start), and an honest control that still compiles."""
+    ev = gpu_eval if static else gpu_runtime_only
+    for place in ("home", "checkout", "solutions"):
+        path, start, secret = _case(planted, place, static)
+        result = ev.evaluate(RELU, body(FROM_FILE.replace("__PATH__", repr(path)).replace("__START__", str(start))))
+        assert not result.correct and not leaked(everything_said(ev, result), secret), result.error
+        assert "landlock-read" in result.sandbox
+    if not static:
+        path, start, secret = _case(planted, "home", False)
+        result = ev.evaluate(RELU, body(ROUTES.replace("__PATH__", repr(path)).replace("__START__", str(start))))
+        assert not leaked(everything_said(ev, result), secret), result.error
+    honest = ev.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
+    assert honest.correct, honest.error
