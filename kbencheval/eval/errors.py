@@ -5,6 +5,35 @@ from __future__ import annotations
 import traceback
 
 
+FEEDBACK_CHARS = 1000  # error and feedback text, as long as a person needs to fix a kernel
+
+
+def clip(text: str, limit: int = FEEDBACK_CHARS) -> str:
+    """`text` cut to `limit` characters: what crosses from a candidate is bounded before it is shown."""
+    text = str(text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def read_tail(path, limit: int = 1 << 16) -> str:
+    """The last `limit` bytes of a log a candidate could have written: opened without following a
+    symlink, not waiting on a FIFO, only a plain file with one name (not a hard link elsewhere)."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            return ""
+        os.lseek(fd, max(0, info.st_size - limit), os.SEEK_SET)
+        return os.read(fd, limit).decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
 def short_error(exc: BaseException, candidate_file: str | None = None) -> str:
     """One readable line (plus the candidate's own frame), without harness traceback noise."""
     frames = traceback.extract_tb(exc.__traceback__)
@@ -18,7 +47,7 @@ def short_error(exc: BaseException, candidate_file: str | None = None) -> str:
     # Triton compilation errors put the useful line last.
     if type(exc).__name__ in ("CompilationError", "InterpreterError") and msg:
         first = " ".join(line.strip() for line in msg[-3:] if line.strip())
-    return f"{type(exc).__name__}: {first[:400]}{where}"
+    return f"{type(exc).__name__[:80]}: {first[:400]}{where}"
 
 
 def is_compile_error(exc: BaseException) -> bool:

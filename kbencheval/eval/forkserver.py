@@ -141,7 +141,10 @@ def _child(job: dict, plan: dict, layers: list[str]) -> None:
     writable = [job["job_dir"], "/tmp", "/dev/shm"]
     if job["kind"] == "judge" and plan.get("shared_cache"):
         writable.append(plan["shared_cache"])  # trusted, and the shared cache's only writer
-    done += sandbox.lock_down(layers, writable=writable)
+    # Reads beyond the allow-list (sandbox/reads.py): the judge reads every job's outputs, a worker the caches.
+    readable = [plan["scratch"]] if job["kind"] == "judge" else \
+        [plan.get(k) or "" for k in ("shared_cache", "launcher_cache", "kernel_cache")]
+    done += sandbox.lock_down(layers, writable=writable, readable=readable)
     expected = {layer for layer in sandbox.WORKER_LAYERS if layer in layers and layer != "pid-ns"}
     if not expected <= set(done):
         raise RuntimeError(f"sandbox layers failed in this worker: {sorted(expected - set(done))}")

@@ -27,6 +27,8 @@ from kbencheval.eval.gate import DeviceGate
 from kbencheval.eval.launch import Conn, Launch, Worker, accept_from
 from kbencheval.eval.protocol import CandidateJob, Compare, JudgeJob, Prepare, Release, TimingSpec
 from kbencheval.eval.result import EvalResult, Status, feedback_text
+from kbencheval.eval.errors import clip
+from kbencheval.eval.sandbox import reads
 from kbencheval.eval.sandbox.env import scrub
 from kbencheval.eval.server import HarnessError, _Server, bwrap_args, bwrap_profile, bwrap_works  # noqa: F401
 from kbencheval.eval.seeds import RunSeeds, stress_names
@@ -227,8 +229,9 @@ class Evaluator:
             result.checks.update(self._trust_record())
             result.versions = self._versions
             result.eval_seconds = round(time.monotonic() - t0, 3)
-            result.error = scrub(result.error, str(self._scratch))
-            result.feedback = scrub(result.feedback, str(self._scratch)) if result.feedback else feedback_text(result)
+            result.error = clip(scrub(result.error, str(self._scratch)))
+            result.feedback = clip(scrub(result.feedback, str(self._scratch)) if result.feedback else feedback_text(result))
+            result.checks["reads"] = reads.RULE if "landlock-read" in result.sandbox else "not limited (no Landlock)"
             self._fork_spare()
             return result
 

@@ -15,7 +15,7 @@ from collections import Counter
 import torch
 
 from kbencheval.eval import judge_kernels
-from kbencheval.eval.errors import short_error
+from kbencheval.eval.errors import clip, short_error
 from kbencheval.eval.inputs import (as_tensor_list, build_model, device_name, digest_bounds_queued, digests_match,
                                     load_problem_module, make_inputs, output_digest, pin_global_flags, sync)
 from kbencheval.eval.parts import Parts
@@ -46,7 +46,7 @@ class QueuedCheck:
 def queue_compare(i: int, r: torch.Tensor, g: torch.Tensor, tol: dict, scale_atol: bool) -> QueuedCheck:
     """Checks `g`'s layout against `r`'s now and queues the comparison of their values on the device."""
     if tuple(r.shape) != tuple(g.shape):
-        return QueuedCheck(i, problem=f"output {i} has shape {tuple(g.shape)}, expected {tuple(r.shape)}")
+        return QueuedCheck(i, problem=shape_mismatch(i, r, g))
     if r.dtype != g.dtype:
         return QueuedCheck(i, problem=f"output {i} has dtype {g.dtype}, expected {r.dtype}")
     if r.is_contiguous() and not g.is_contiguous():
@@ -62,6 +62,15 @@ def queue_compare(i: int, r: torch.Tensor, g: torch.Tensor, tol: dict, scale_ato
                        numel=r.numel(), atol=atol, rtol=rtol)
 
 
+def shape_mismatch(i: int, r: torch.Tensor, g: torch.Tensor) -> str:
+    """What differs, told by the reference's numbers only: the candidate's own sizes would be a channel
+    out of the sandbox (an empty tensor's shape can spell any bytes)."""
+    if g.dim() != r.dim():
+        return f"output {i} has {min(g.dim(), 99)} dimensions, expected {r.dim()}: shape {tuple(r.shape)}"
+    wrong = [d for d in range(r.dim()) if g.shape[d] != r.shape[d]]
+    return f"output {i} differs in size along dimension(s) {wrong[:8]}: expected shape {tuple(r.shape)}"
+
+
 def verdict(check: QueuedCheck, numbers: list[float]) -> tuple[str, dict]:
     """'' when the check's `numbers`, read back, say its output matches: integers and bools exactly,
     floats within tolerance, NaN/Inf where the reference has them; else what is wrong. And its stats."""
@@ -70,16 +79,21 @@ def verdict(check: QueuedCheck, numbers: list[float]) -> tuple[str, dict]:
         return check.problem, {}
     if check.exact:
         n_bad = int(numbers[0])
-        return (f"output {i} ({check.dtype}) differs in {n_bad} of {check.numel} elements (integer outputs must "
-                f"be exact)" if n_bad else ""), {f"output{i}_mismatches": n_bad}
+        return (f"output {i} ({check.dtype}) differs in {n_bad / max(check.numel, 1):.1%} of {check.numel} elements "
+                f"(integer outputs must be exact)" if n_bad else ""), {f"output{i}_mismatches": _rounded(n_bad)}
     max_diff, n_bad, n_special = numbers[0], int(numbers[1]), int(numbers[2])
-    stats = {f"output{i}_max_abs_diff": max_diff}
+    stats = {f"output{i}_max_abs_diff": _rounded(max_diff)}
     if n_special:
         return f"output {i} has {n_special} NaN/Inf values that differ from the reference's", stats
     if n_bad:
         return (f"output {i} mismatch: max abs diff {max_diff:.3g}, {n_bad / max(check.numel, 1):.1%} of "
                 f"elements outside atol={check.atol:g} rtol={check.rtol:g}"), stats
     return "", stats
+
+
+def _rounded(x: float) -> float:
+    """Three significant digits: what a person reads, and no more bits of the candidate's values."""
+    return float(f"{x:.3g}")
 
 
 def compare_tensor(i: int, r: torch.Tensor, g: torch.Tensor, tol: dict, scale_atol: bool) -> tuple[str, dict]:
@@ -165,7 +179,7 @@ def compare_torch_queued(r, g, atol, rtol, chunk: int = 1 << 23) -> torch.Tensor
 def queue_outputs(ref: list, got: list, tol: dict, scale_atol: bool = False) -> list[QueuedCheck]:
     """Each tensor output's check, queued, up to the first whose layout is wrong."""
     if len(ref) != len(got):
-        return [QueuedCheck(-1, problem=f"expected {len(ref)} outputs, got {len(got)}")]
+        return [QueuedCheck(-1, problem=f"expected {len(ref)} outputs, got {len(got) if len(got) <= 8 else 'more than 8'}")]
     checks = []
     for i, (r, g) in enumerate(zip(ref, got)):
         if isinstance(r, torch.Tensor):
@@ -203,7 +217,8 @@ def check_items(expected: list[Trial], items: list[OutputItem]) -> str:
         return ""
     missing = [t.key for t in want if got[t] < want[t]]
     extra = [t.key for t in got if got[t] > want[t]]
-    return f"the worker returned other trials than requested (missing {missing[:3]}, unexpected {extra[:3]})"
+    return f"the worker returned other trials than requested (missing {clip(str(missing[:3]), 200)}, " \
+        f"unexpected {clip(str(extra[:3]), 200)})"
 
 
 class Judge:

@@ -14,6 +14,7 @@ import statistics
 import time
 from pathlib import Path
 
+from kbencheval.eval.errors import clip, read_tail
 from kbencheval.eval.device_kernels import check_report, kernel_violation
 from kbencheval.eval.parts import add_parts
 from kbencheval.eval.processes import MemoryWatchdog
@@ -333,7 +334,7 @@ class Session:
                                 if k not in HARNESS_KEYS and not k.startswith("correctness_")})
         if isinstance(msg, Failure):  # the worker only ever reports failures; success is the judge's call
             compiled = msg.status not in (Status.COMPILE_ERROR, Status.FORMAT_ERROR)
-            raise _Verdict(EvalResult(msg.status, compiled=compiled, error=msg.error, checks=self.checks))
+            raise _Verdict(EvalResult(msg.status, compiled=compiled, error=clip(msg.error), checks=self.checks))
         if not isinstance(msg, cls) or (phase and isinstance(msg, Outputs) and msg.phase != phase):
             got = msg.type + (f" for phase {msg.phase}" if isinstance(msg, Outputs) else "")
             names = " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
@@ -408,18 +409,12 @@ def correct_result(timing: dict | None, checks: dict) -> EvalResult:
 
 
 def tail(path: Path, n: int = 3) -> str:
-    try:
-        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
+    lines = [line.strip() for line in read_tail(path).splitlines() if line.strip()]
     return " | ".join(lines[-n:])[-400:]
 
 
 def last_exception_line(path: Path) -> str:
     """The last 'SomeError: message' line of a log (a traceback's final line), or ''."""
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
+    lines = read_tail(path).splitlines()
     return next((line.strip()[:300] for line in reversed(lines)
                  if re.match(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*:", line.strip())), "")

@@ -8,6 +8,8 @@ candidate saves tensors with torch.save and the judge reads them with `weights_o
 from __future__ import annotations
 
 import base64
+import os
+import stat
 from pathlib import Path
 
 import torch
@@ -43,10 +45,16 @@ def export_tensors(tensors: list[torch.Tensor], folder: str, tag: str) -> dict:
 
 def import_tensors(desc: dict, allowed_folder: str) -> list[torch.Tensor]:
     if desc.get("kind") == "file":
-        path = Path(desc["path"]).resolve()
-        if Path(allowed_folder).resolve() not in path.parents:
+        # Directly in the job folder (which the candidate cannot replace), its last component not followed
+        # if the candidate swapped it for a symlink: the judge reads only what the candidate wrote.
+        path = Path(allowed_folder).resolve() / Path(str(desc["path"])).name
+        if Path(str(desc["path"])).resolve() != path:
             raise ValueError("output file outside the job folder")
-        loaded = torch.load(path, weights_only=True, map_location="cpu")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError("output file is not a plain file")
+            loaded = torch.load(f, weights_only=True, map_location="cpu")
         if not isinstance(loaded, list) or not all(isinstance(t, torch.Tensor) for t in loaded):
             raise ValueError("output file does not hold a list of tensors")
         return loaded

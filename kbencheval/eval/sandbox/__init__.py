@@ -6,7 +6,7 @@ Layers (names as `EvalResult.sandbox` lists them):
     private-proc            a /proc that shows only that namespace
     private-tmp, private-shm, ro-root, ro-scratch-outside-job   mounts (namespaces.py)
     no-caps, no-new-privs   every capability set emptied (caps.py)
-    landlock-fs, landlock-net, landlock-scope   writes, TCP, signals (landlock.py)
+    landlock-fs, landlock-read, landlock-net, landlock-scope   writes, reads (reads.py), TCP, signals (landlock.py)
     seccomp                 syscalls a kernel never needs (seccomp.py)
     env-allowlist           the harness's environment never enters (env.py)
 The fork server probes each at start with a throwaway worker and uses only those that work; a
@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 import os
 
-from kbencheval.eval.sandbox import caps, landlock, seccomp
+from kbencheval.eval.sandbox import caps, landlock, reads, seccomp
 from kbencheval.eval.sandbox._linux import PR_SET_PDEATHSIG, prctl
 from kbencheval.eval.sandbox.namespaces import ServerSandbox, enter_worker, keep_paths
 
-WORKER_LAYERS = ["pid-ns", "private-proc", "no-caps", "no-new-privs", "landlock-fs", "landlock-net",
+WORKER_LAYERS = ["pid-ns", "private-proc", "no-caps", "no-new-privs", "landlock-fs", "landlock-read", "landlock-net",
                  "landlock-scope", "seccomp"]
 
 __all__ = ["ServerSandbox", "prepare_worker", "lock_down", "probe", "WORKER_LAYERS"]
@@ -39,11 +39,14 @@ def prepare_worker(plan: dict, layers: list[str], job_dir: str, kind: str) -> li
     return done
 
 
-def lock_down(layers: list[str], writable: list[str]) -> list[str]:
-    """Landlock, then seccomp: after CUDA is initialised on GPUs, before any candidate code."""
+def lock_down(layers: list[str], writable: list[str], readable: list[str] | None = None) -> list[str]:
+    """Landlock, then seccomp: after CUDA is initialised on GPUs, before any candidate code. Reads are
+    limited to `writable` and `readable` beyond the allow-list of reads.py."""
     done = []
+    if "private-tmp" not in layers:  # the host's /tmp: other users' and jobs' files
+        writable = [w for w in writable if w != "/tmp"]
     if "landlock-fs" in layers:
-        done += landlock.restrict(writable)
+        done += landlock.restrict(writable, readable=reads.allowed(readable or []) if "landlock-read" in layers else None)
     if "seccomp" in layers:
         seccomp.install()
         done.append("seccomp")
@@ -136,7 +139,8 @@ def _apply_for_probe(plan: dict, wanted: list[str], probe_dir: str) -> list[str]
                                             L.mount(probe_dir, probe_dir, None, L.MS_BIND),
                                             L.mount_setattr(probe_dir, clear=L.MOUNT_ATTR_RDONLY))),
         ("no-caps", lambda: (caps.drop_all(), caps.all_dropped() or _raise("capabilities still held"))),
-        ("landlock-fs", lambda: done.extend(landlock.restrict([probe_dir, "/tmp", "/dev/shm"])[1:])),
+        ("landlock-fs", lambda: done.extend(landlock.restrict([probe_dir, "/tmp", "/dev/shm"],
+                                                              readable=reads.allowed([]))[1:])),
         ("seccomp", seccomp.install),
     ]
     if "mount-ns" in wanted:

@@ -192,6 +192,10 @@ def enter_worker(plan: dict, layers: list[str], job_dir: str, kind: str) -> list
             L.mount(job_dir, job_dir, None, L.MS_BIND)
             L.mount_setattr(job_dir, clear=L.MOUNT_ATTR_RDONLY)
             done.append("ro-scratch-outside-job")
+            if "private-tmp" in layers:  # other jobs' folders out of sight (Landlock's /tmp rule covers scratch)
+                L.tmpfs_over(scratch, [job_dir, plan.get("shared_cache") or ""], options="mode=0555")
+                L.mount_setattr(scratch, set_=L.MOUNT_ATTR_RDONLY)
+                done.append("scratch-only-own-job")
     if kind == "judge":
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(sig, signal.SIG_DFL)  # as PID 1, signals without a handler never arrive
