@@ -25,7 +25,8 @@ SOLVED = next(p for p in load_bundled(1) if p.problem_id == 10)  # its solution 
 @pytest.fixture(scope="module")
 def evaluators():
     cfg = dict(device="cpu", timeout_s=20, memory_limit_gb=4, sandbox="kernel")
-    with Evaluator(EvalConfig(**cfg)) as strict, Evaluator(EvalConfig(**cfg, static_checks=False)) as runtime_only:
+    runtime_only_cfg = EvalConfig(**cfg, static_checks=False, accept_cpu_tripwires_only=True)  # refused otherwise
+    with Evaluator(EvalConfig(**cfg)) as strict, Evaluator(runtime_only_cfg) as runtime_only:
         yield {True: strict, False: runtime_only}
 
 
