@@ -31,11 +31,31 @@ def _field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
-def _unknown_key(key: str, cls: type, where: str) -> ConfigError:
-    valid = [f.name for f in dataclasses.fields(cls)]
-    close = difflib.get_close_matches(key.split(".")[-1], valid, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else f"; valid keys: {', '.join(valid)}"
+def _unknown_key(key: str, cls: type, where: str, hidden: dict | None = None) -> ConfigError:
+    """`key` is dotted from the top (an override) or a bare name (in a YAML section); the keys suggested
+    are spelt the same way, so they can be pasted. `hidden`: keys set from elsewhere, never suggested."""
+    parent, _, name = key.rpartition(".")
+    prefix = f"{parent}." if parent else ""
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in (hidden or {})]
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f" (did you mean '{prefix}{close[0]}'?)" if close else \
+        f"; valid keys: {', '.join(prefix + n for n in names)}"
     return ConfigError(f"unknown config key '{key}' in {where}{hint}")
+
+
+def set_elsewhere(**keys: str) -> dict:
+    """Field metadata for a section some of whose keys another key sets, e.g. a command's `device=` that
+    sets each evaluator's `eval.device`: `dataclasses.field(..., metadata=set_elsewhere(device="device"))`.
+    Such keys are left out of --help, and setting one is an error that names the key to set instead."""
+    return {"set_elsewhere": keys}
+
+
+def _set_elsewhere(f: dataclasses.Field) -> dict[str, str]:
+    return f.metadata.get("set_elsewhere", {})
+
+
+def _set_elsewhere_error(key: str, by: str) -> ConfigError:
+    return ConfigError(f"config key '{key}' is set from '{by}'; set {by}=... instead")
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:
@@ -111,13 +131,17 @@ def section_chosen_by(key: str, classes: Callable[[str], type], default: str) ->
 def from_dict(cls: type[T], data: dict, where: str = "config") -> T:
     """Build a (nested) config dataclass from a mapping; unknown keys are errors."""
     types_by_name = _field_types(cls)
-    chosen = {f.name: f.metadata["chosen_by"] for f in dataclasses.fields(cls) if "chosen_by" in f.metadata}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    chosen = {name: f.metadata["chosen_by"] for name, f in fields.items() if "chosen_by" in f.metadata}
     kwargs = {}
     data = data or {}
     for key, value in sorted(data.items(), key=lambda kv: kv[0] in chosen):  # choosers before chosen
         if key not in types_by_name:
             raise _unknown_key(key, cls, where)
         tp = types_by_name[key]
+        for name, by in _set_elsewhere(fields[key]).items():
+            if isinstance(value, dict) and name in value:
+                raise _set_elsewhere_error(f"{key}.{name}", by)
         if key in chosen:
             chooser, classes, default = chosen[key]
             tp = classes(kwargs.get(chooser, default))
@@ -144,11 +168,17 @@ def _validate(cfg: Any) -> None:
 
 
 def _check_override_keys(cfg: Any, key: str) -> None:
-    obj, parts = cfg, key.split(".")
+    obj, parts, hidden = cfg, key.split("."), {}
     for i, part in enumerate(parts):
-        if not dataclasses.is_dataclass(obj) or part not in {f.name for f in dataclasses.fields(obj)}:
-            raise _unknown_key(".".join(parts[: i + 1]), type(obj), "overrides")
-        obj = getattr(obj, part)
+        if not dataclasses.is_dataclass(obj):
+            raise ConfigError(f"config key '{'.'.join(parts[:i])}' is a value, not a section: "
+                              f"set {'.'.join(parts[:i])}=... without '.{'.'.join(parts[i:])}'")
+        fields = {f.name: f for f in dataclasses.fields(obj)}
+        if part in hidden:
+            raise _set_elsewhere_error(".".join(parts[: i + 1]), hidden[part])
+        if part not in fields:
+            raise _unknown_key(".".join(parts[: i + 1]), type(obj), "overrides", hidden)
+        obj, hidden = getattr(obj, part), _set_elsewhere(fields[part])
 
 
 def apply_overrides(cfg: T, overrides: list[str] | tuple[str, ...]) -> T:
@@ -226,16 +256,21 @@ def _field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def config_help(cls: type, usage: str, example: str, aliases: dict[str, str] | None = None, prefix: str = "") -> str:
-    """`--help` text for a key=value command: every key (nested ones dotted) with its type, default and doc."""
+def config_help(cls: type, usage: str, example: str, aliases: dict[str, str] | None = None, prefix: str = "",
+                hidden: dict[str, str] | None = None) -> str:
+    """`--help` text for a key=value command: every key (nested ones dotted) with its type, default and doc;
+    each setting once (`hidden`: a section's keys that another key sets, see set_elsewhere)."""
     lines = [f"usage: {usage}", "", "keys (key=value; nested sections take dotted keys):"] if not prefix else []
     defaults = cls() if not prefix else None
     docs = _field_docs(cls)
     for f in dataclasses.fields(cls):
+        if f.name in (hidden or {}):
+            continue
         value = getattr(defaults, f.name) if defaults is not None else _default_of(f)
         if dataclasses.is_dataclass(value):
             lines.append(f"  {prefix}{f.name}.*  ({type(value).__name__}){'  ' + docs[f.name] if f.name in docs else ''}")
-            lines += config_help(type(value), usage, example, prefix=f"{prefix}{f.name}.").splitlines()
+            lines += config_help(type(value), usage, example, prefix=f"{prefix}{f.name}.",
+                                 hidden=_set_elsewhere(f)).splitlines()
             continue
         tp = _type_name(_field_types(cls)[f.name])
         doc = f"  {docs[f.name]}" if f.name in docs else ""

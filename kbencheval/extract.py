@@ -28,12 +28,13 @@ def strip_thinking(text: str) -> str:
 
 
 def extract_code(text: str) -> str | None:
-    """The candidate code in an LLM response: the last fenced block that defines ModelNew.
-
-    Falls back to the last python block, then to the whole text if it parses as Python and defines
-    ModelNew (some models answer with bare code). None when there is no code at all.
+    """The candidate code in an LLM response: the whole text if it parses as Python and names ModelNew
+    (bare code, e.g. a .py file, whose strings may hold fences), else the last fenced block that defines
+    ModelNew, else the last python block. None when there is no code at all.
     """
     text = strip_thinking(text or "")
+    if "class ModelNew" in text and _parses(text):  # prose and fences never parse
+        return text.strip() + "\n"
     blocks = [(lang.lower(), body) for lang, body in _FENCE_RE.findall(text)]
     for _, body in reversed(blocks):
         if "class ModelNew" in body:
@@ -41,13 +42,15 @@ def extract_code(text: str) -> str | None:
     for lang, body in reversed(blocks):
         if lang in ("python", "py", ""):
             return body.strip() + "\n"
-    if "class ModelNew" in text:
-        try:
-            ast.parse(text)
-            return text.strip() + "\n"
-        except SyntaxError:
-            return None
     return None
+
+
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+    except SyntaxError:
+        return False
+    return True
 
 
 # Static checks are an allowlist: a candidate imports only these modules, reaches no other module

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,6 +89,28 @@ def test_workers_per_gpu_repeats_each_gpu(monkeypatch):
     assert resolve_devices("cpu", cpu_workers=2, workers_per_gpu=4) == ["cpu", "cpu"]  # CPU: cpu_workers decides
     with pytest.raises(ConfigError, match="workers_per_gpu >= 1"):
         resolve_devices("cuda", workers_per_gpu=0)
+
+
+def test_report_has_a_per_problem_table_on_the_terminal_and_in_the_html(tmp_path, capsys):
+    from kbencheval.bench import report
+
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"run_name": "r", "model": "m"}))
+    rows = [("L1_1_ReLU", 0, True, 1.5), ("L1_1_ReLU", 1, False, None), ("L1_2_GELU", 0, True, None),
+            ("L1_3_SiLU", 0, False, None)]
+    (run / "results.jsonl").write_text("".join(json.dumps(
+        {"problem_key": key, "sample": k, "level": 1, "problem_id": int(key[3]), "status": "correct" if ok else
+         "incorrect", "correct": ok, "compiled": True, "speedup": speedup, "timing_meaningful": speedup is not None,
+         "device": "cuda:0"}) + "\n" for key, k, ok, speedup in rows))
+    assert report.main(["r", f"runs_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("per problem"):]
+    for key, line in (("L1_1_ReLU", ["2", "1", "50.0%", "1.50x"]), ("L1_2_GELU", ["1", "1", "100.0%", "untimed"]),
+                      ("L1_3_SiLU", ["1", "0", "0.0%", "-"])):
+        assert re.search(key + r"\W+" + r"\W+".join(map(re.escape, line)), table), table
+    html = (run / "report.html").read_text()
+    assert "<h2>Per problem</h2>" in html and "<td>L1_1_ReLU</td><td>2</td><td>1</td><td>50.0%</td><td>1.50x</td>" in html
 
 
 def kbench(*args, **kwargs):

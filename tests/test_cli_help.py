@@ -62,10 +62,20 @@ def test_eval_command_takes_nested_eval_keys_and_flat_aliases():
                                           "eval.sandbox=none", "trials=2", "timeout_s=30"], USAGE, "", EVAL_ALIASES)
     assert (cfg.eval.timing_mode, cfg.eval.baseline, cfg.eval.sandbox) == ("cuda_graph", "compile", "none")
     assert (cfg.eval.trials, cfg.eval.timeout_s) == (2, 30.0)  # KernelBench-style flat keys are aliases
-    with pytest.raises(ConfigError, match="did you mean 'timing_mode'"):
+    with pytest.raises(ConfigError, match="did you mean 'eval.timing_mode'"):
         load_cli_config(EvalRunConfig, ["eval.timing_mod=events"], USAGE, "", EVAL_ALIASES)
     with pytest.raises(ConfigError, match="set trials >= 1"):
         load_cli_config(EvalRunConfig, ["trials=0"], USAGE, "", EVAL_ALIASES)
+
+
+@pytest.mark.parametrize("name", ["eval", "run-one", "corpus"])
+def test_the_evaluator_device_is_one_key(name, capsys):
+    """The command's device= sets every evaluator's device: eval.device is neither listed nor settable."""
+    command = [name, "verify"] if name == "corpus" else [name]
+    _, out = _in_process(kbench_cli.main, [*command, "--help"], capsys)
+    assert "device" in re.findall(r"^\s+(\S*device): ", out, re.M) and "eval.device:" not in out
+    code = kbench_cli.main([*command, "eval.device=cuda"])
+    assert code == 2 and "config key 'eval.device' is set from 'device'; set device=" in capsys.readouterr().err
 
 
 def test_one_vocabulary_across_run_one_generate_eval_and_reward():

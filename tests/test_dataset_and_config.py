@@ -87,6 +87,15 @@ def test_config_yaml_and_overrides(tmp_path):
         load_config(Outer, path)
 
 
+def test_unknown_nested_key_suggests_the_full_dotted_key():
+    with pytest.raises(ConfigError, match=r"'inner.rat' in overrides \(did you mean 'inner.rate'\?\)"):
+        load_config(Outer, None, ["inner.rat=2"])
+    with pytest.raises(ConfigError, match="valid keys: inner.rate, inner.name$"):
+        load_config(Outer, None, ["inner.zzz=2"])
+    with pytest.raises(ConfigError, match="'steps' is a value, not a section"):
+        load_config(Outer, None, ["steps.x=2"])  # was a TypeError traceback
+
+
 def test_eval_config_validation():
     with pytest.raises(ConfigError, match="device='tpu' is not supported: use cpu, cuda or cuda:N"):
         EvalConfig(device="tpu")

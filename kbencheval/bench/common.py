@@ -94,20 +94,17 @@ def _resolve_devices(device: str, num_gpus: int, cpu_workers: int) -> list[str]:
         return ["cpu"] * max(1, cpu_workers)
     import torch  # only here: `kbench report` and `--help` stay light
 
-    has_gpu = torch.cuda.is_available()
+    from kbencheval.eval.config import check_device
+
+    count = torch.cuda.device_count()
     if device == "auto":
-        if not has_gpu:
+        if not count:
             return ["cpu"] * max(1, cpu_workers)
         device = "cuda"
-    if not device.startswith("cuda"):
+    if not (device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
         raise ConfigError(f"device={device!r} is not one of auto, cpu, cuda, cuda:N")
-    if not has_gpu:
-        raise ConfigError(f"device={device} but torch sees no GPU; use device=cpu (Triton interpreter) or device=auto")
-    count = torch.cuda.device_count()
+    check_device(device)  # the Evaluator's own check, before any Evaluator starts
     if device != "cuda":
-        index = int(device.split(":", 1)[1])
-        if index >= count:
-            raise ConfigError(f"device={device} but only {count} GPU(s) are visible; pick cuda:0..cuda:{count - 1}")
         return [device]
     n = num_gpus or count
     if n > count:

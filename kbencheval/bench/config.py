@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TypeVar
 
-from kbencheval.config import ConfigError, config_help, load_config, wants_help
+from kbencheval.config import ConfigError, config_help, load_config, set_elsewhere, wants_help
 
 T = TypeVar("T")
 
@@ -40,7 +40,7 @@ class DatasetConfig:
 @dataclasses.dataclass(kw_only=True)
 class EvaluatorPoolConfig:
     device: str = "auto"
-    """auto (every GPU, else the CPU interpreter) | cpu | cuda | cuda:N; sets each evaluator's eval.device."""
+    """auto (every GPU, else the CPU interpreter) | cpu | cuda | cuda:N: where the evaluators run."""
     num_gpus: int = 0
     """With device=cuda/auto: how many GPUs to use; 0 = all visible."""
     cpu_workers: int = 1
@@ -81,10 +81,11 @@ class ClientConfig:
 
 
 def eval_config_field():
-    """`eval: EvalConfig` with the evaluator's defaults (device is set per worker from the command's `device=`)."""
+    """`eval: EvalConfig` with the evaluator's defaults. Its device is set per evaluator from the command's
+    `device=`, so `eval.device` is not a key of its own (not in --help; setting it names `device`)."""
     from kbencheval.eval.harness import EvalConfig
 
-    return dataclasses.field(default_factory=EvalConfig)
+    return dataclasses.field(default_factory=EvalConfig, metadata=set_elsewhere(device="device"))
 
 
 def load_cli_config(cls: type[T], argv: list[str], usage: str, example: str,

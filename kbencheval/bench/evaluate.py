@@ -160,11 +160,11 @@ def run_pool(todo: list, prepare, devices: list[str], eval_cfg: EvalConfig, log:
 
 def evaluate_run(cfg: EvalRunConfig) -> dict:
     """Evaluate what is missing; returns {"evaluated", "skipped", "harness_errors", "status_counts"}."""
+    devices = cfg.devices()  # a device torch cannot use fails first, before problems are loaded
     run = run_dir(cfg.runs_dir, cfg.run_name)
     manifest = read_json(run / MANIFEST)
     backend = cfg.backend or manifest.get("backend", "triton")
     problems = run_problems(run, manifest)
-    devices = cfg.devices()
 
     with ResultsLog(run / RESULTS) as log:
         generations = [g for g in list_generations(run) if g[0] in problems]

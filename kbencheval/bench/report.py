@@ -120,11 +120,14 @@ def per_problem(records: list[dict]) -> list[dict]:
     out = []
     for key, rs in sorted(by_key.items(), key=lambda kv: (kv[1][0].get("level", 0), kv[1][0].get("problem_id", 0))):
         speedups = sorted(s for s in map(timed_speedup, rs) if s is not None)
+        correct = sum(1 for r in rs if r.get("correct"))
         out.append({
             "problem_key": key,
             "level": rs[0].get("level", 0),
             "n": len(rs),
-            "correct": sum(1 for r in rs if r.get("correct")),
+            "correct": correct,
+            "pass_at_1": correct / len(rs),
+            "n_correct_untimed": correct - len(speedups),
             "best_speedup": speedups[-1] if speedups else None,
             "median_speedup": statistics.median(speedups) if speedups else None,
         })
@@ -155,6 +158,14 @@ def groups_of(report: dict) -> list[tuple[str, dict]]:
     return levels + ([("all", report["summary"]["all"])] if len(levels) > 1 else [])
 
 
+PROBLEM_COLUMNS = ["problem", "samples", "correct", "pass@1", "best speedup"]
+
+
+def problem_rows(report: dict) -> list[list[str]]:
+    return [[p["problem_key"], str(p["n"]), str(p["correct"]), fmt_rate(p["pass_at_1"]),
+             fmt_speedup(p["best_speedup"], p)] for p in report["problems"]]
+
+
 def print_tables(report: dict) -> None:
     title = f"{report['run_name']}  model={report['model']}  prompt={report['prompt_style']}  " \
             f"devices={','.join(report['devices'])}"
@@ -180,6 +191,13 @@ def print_tables(report: dict) -> None:
     for s in STATUSES:
         fast.add_row(f"[dim]{s}[/]", *[str(g["status_counts"][s]) for _, g in groups_of(report)])
     stdout.print(fast)
+
+    problems = Table(title="per problem")
+    for col in PROBLEM_COLUMNS:
+        problems.add_column(col, justify="left" if col == "problem" else "right")
+    for row in problem_rows(report):
+        problems.add_row(*row)
+    stdout.print(problems)
 
     if report["n_results"] < report["n_generations"]:
         stdout.print(f"[yellow]{report['n_results']} of {report['n_generations']} generations evaluated; "
@@ -300,6 +318,7 @@ def write_html(report: dict, plots: dict[str, bytes], path: Path) -> None:
         [""] + [f"fast_{p:g}" for p in FAST_P_THRESHOLDS] + [f"pass@{k}" for k in PASS_AT_K],
         [[n] + [fmt_fast(g, f"{p:g}") for p in FAST_P_THRESHOLDS] + [fmt_rate(g["pass_at_k"][str(k)])
                                                                        for k in PASS_AT_K] for n, g in groups])
+    problems = _html_table(PROBLEM_COLUMNS, problem_rows(report))
     images = "".join(
         f'<figure><img src="data:image/png;base64,{base64.b64encode(png).decode()}" alt="{name}">'
         f"<figcaption>{name.replace('_', ' ')}</figcaption></figure>" for name, png in plots.items())
@@ -314,6 +333,7 @@ td,th{{border:1px solid #ccc;padding:4px 10px;text-align:right}} figure{{display
 <h2>Outcomes</h2>{outcome}<h2>fast_p and pass@k</h2>
 <p>fast_p: fraction of samples that are correct with speedup &gt; p; fast_0 is the correct rate.
 "{UNTIMED}": correct samples were not timed meaningfully (CPU interpreter), so no speedup is claimed.</p>{fast}
+<h2>Per problem</h2>{problems}
 <h2>Plots</h2>{images}</body></html>
 """
     path.parent.mkdir(parents=True, exist_ok=True)

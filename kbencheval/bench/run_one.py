@@ -41,7 +41,7 @@ class RunOneConfig(ClientConfig, DatasetConfig):
     precision: str = ""
     gpu_notes: str = ""
     device: str = "auto"
-    """auto (first GPU, else CPU interpreter) | cpu | cuda | cuda:N; sets eval.device."""
+    """auto (first GPU, else CPU interpreter) | cpu | cuda | cuda:N: where the evaluator runs."""
     verbose: bool = False
     """Show the whole prompt and the evaluator's feedback and checks."""
     eval: EvalConfig = eval_config_field()

@@ -152,6 +152,26 @@ def timing_grade(mode: str) -> dict:
     return {"mode": mode, "reward_grade": False, "why": "comparison-only: timed inside the candidate's worker"}
 
 
+def check_device(device: str) -> None:
+    """Raise ConfigError unless torch can use `device` in this process. Without this, a GPU device on a
+    machine without one fails inside the judge, after the whole start, and reads as the candidate's error."""
+    if device == "cpu":
+        return
+    import torch
+
+    count = torch.cuda.device_count()  # asks NVML first: CUDA stays uninitialised here, so forking stays safe
+    if count == 0:
+        cpu_only = torch.version.cuda is None and torch.version.hip is None
+        why = f"torch {torch.__version__} is a CPU-only build" if cpu_only else \
+            f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}" if "CUDA_VISIBLE_DEVICES" in os.environ \
+            else "no GPU found"
+        raise ConfigError(f"device={device}: no CUDA/ROCm GPU visible to torch ({why}); use --device cpu or "
+                          "device=cpu (the Triton interpreter)")
+    index = 0 if device == "cuda" else int(device.split(":", 1)[1])
+    if index >= count:
+        raise ConfigError(f"device={device}: torch sees {count} GPU(s); pick one of cuda:0..cuda:{count - 1}")
+
+
 def cpu_threads_per_evaluator(cfg: EvalConfig, evaluators_on_cpu: int) -> EvalConfig:
     """`cfg` with the CPU's cores split among `evaluators_on_cpu` Evaluators, unless it sets cpu_threads."""
     if cfg.cpu_threads or evaluators_on_cpu <= 1:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from kbencheval.dataset import Problem
-from kbencheval.eval.config import EvalConfig, timing_grade
+from kbencheval.eval.config import EvalConfig, check_device, timing_grade
 from kbencheval.eval.gate import DeviceGate
 from kbencheval.eval.launch import Conn, Launch, Worker, accept_from
 from kbencheval.eval.protocol import CandidateJob, Compare, JudgeJob, Prepare, Release, TimingSpec
@@ -38,7 +38,7 @@ from kbencheval.eval.session import Session, gate_window, tail
 from kbencheval.eval.sizing import CUDA_CONTEXT_BYTES, DEVICE_MEMORY_FRACTION, device_bytes_needed
 from kbencheval.extract import defines_model_new, extract_code, static_check
 
-__all__ = ["EvalConfig", "Evaluator", "HarnessError", "RunSeeds", "bwrap_works", "start_evaluators"]
+__all__ = ["EvalConfig", "Evaluator", "HarnessError", "RunSeeds", "bwrap_works", "screen", "start_evaluators"]
 
 
 class Evaluator:
@@ -49,6 +49,7 @@ class Evaluator:
                  wait_ready: bool = True):
         self.cfg = cfg or EvalConfig()
         self.cfg.validate()
+        check_device(self.cfg.device)  # before any process starts
         self._scratch = Path(tempfile.mkdtemp(prefix="kbench-"))
         self._hide = hide_paths or []
         try:
@@ -264,18 +265,12 @@ class Evaluator:
 
     def _evaluate(self, problem: Problem, text: str, backend: str, seeds: RunSeeds) -> EvalResult:
         cfg = self.cfg
-        code = extract_code(text)
-        if code is None:
-            return EvalResult(Status.FORMAT_ERROR, error="no code block found in the response")
-        if not defines_model_new(code):
-            return EvalResult(Status.FORMAT_ERROR, error="the code defines no class ModelNew")
-        checks: dict = {"seeds": seeds.record()}
-        if cfg.static_checks:
-            report = static_check(code, backend)
-            checks["static"] = report.violations or "ok"
-            if not report.ok:
-                status = Status.COMPILE_ERROR if report.reason.startswith("syntax error") else Status.REJECTED
-                return EvalResult(status, error=report.reason, checks=checks)
+        code, static, verdict = screen(text, backend, static_checks=cfg.static_checks)
+        checks: dict = {"seeds": seeds.record(), **static}
+        if verdict is not None:
+            if static:  # the static checks ran: the verdict records them with its seeds
+                verdict.checks = checks
+            return verdict
         small = cfg.small if cfg.small is not None else cfg.on_cpu
         if small and not problem.small_sizes and cfg.on_cpu:
             checks["sizes"] = "problem declares no SMALL_SIZES; running at full size on the interpreter"
@@ -405,6 +400,27 @@ class Evaluator:
 _OUT_OF_MEMORY = re.compile(r"(CUDA|HIP)( error:)? out of memory|(CU|HIP)BLAS_STATUS_ALLOC_FAILED|"
                             r"(CU|MI)DNN_STATUS_ALLOC_FAILED")
 _WHOLE_DEVICE = 1 << 60  # a reservation that is admitted only alone (gate._admit) and keeps every other one out
+
+
+def screen(text: str, backend: str, *, static_checks: bool = True,
+           is_code: bool = False) -> tuple[str | None, dict, EvalResult | None]:
+    """What is known without running anything: (code, checks, verdict). `text` is an LLM response, or
+    the code itself when `is_code` (a .py file: a syntax error is then reported as one, not as a missing
+    code block). `checks` holds the static checks' findings when they ran; `verdict` is set when the
+    candidate cannot run (no code, no ModelNew, a syntax error, a static violation)."""
+    code = text if is_code else extract_code(text)
+    if code is None:
+        return None, {}, EvalResult(Status.FORMAT_ERROR, error="no code block found in the response")
+    if not defines_model_new(code):
+        return code, {}, EvalResult(Status.FORMAT_ERROR, error="the code defines no class ModelNew")
+    if not static_checks:
+        return code, {}, None
+    report = static_check(code, backend)
+    checks = {"static": report.violations or "ok"}
+    if report.ok:
+        return code, checks, None
+    status = Status.COMPILE_ERROR if report.reason.startswith("syntax error") else Status.REJECTED
+    return code, checks, EvalResult(status, error=report.reason, checks=checks)
 
 
 def _device_out_of_memory(result: EvalResult) -> bool:

@@ -6,7 +6,7 @@
 
 Runs until SIGINT or SIGTERM, then refuses what is queued, closes the Evaluator (fork server, judge)
 and removes the socket. Exit status 0 after a signal; 2 with one line for bad arguments or a socket in
-use; 3 when the harness cannot start. docs/evaluator.md, "A warm evaluator".
+use or a device torch cannot use; 3 when the harness cannot start. docs/evaluator.md, "A warm evaluator".
 """
 
 from __future__ import annotations
@@ -89,6 +89,9 @@ def main(argv: list[str]) -> int:
     except HarnessError as e:
         print(f"kbench serve-eval: the harness could not run: {e}", file=sys.stderr)
         return 3
+    except ConfigError as e:  # a device torch cannot use, found before any process started
+        print(f"kbench serve-eval: {e}", file=sys.stderr)
+        return 2
     except (ServiceUnavailable, OSError) as e:
         if ev:
             ev.close()
