@@ -140,12 +140,12 @@ def _print_human(result, verbose: bool = False) -> None:
             table.add_row(name, f"{stats.median_us:.1f}", f"{stats.p10_us:.1f}", f"{stats.p90_us:.1f}", str(stats.n))
         console.print(table)
         console.print(f"speedup: [bold]{result.speedup:.3f}x[/]")
+    elif result.correct:
+        console.print("timing: not meaningful on this device (Triton interpreter)")
     grade = result.checks.get("timing_mode")
     if isinstance(grade, dict) and not grade.get("reward_grade", True):
         console.print(f"[yellow]timing_mode={grade.get('mode')}: comparison-only, not reward-grade (the candidate's "
                       "worker timed itself); rewards use timing_mode=trusted[/]")
-    elif result.correct:
-        console.print("timing: not meaningful on this device (Triton interpreter)")
     missing = [layer.split(":")[0].removeprefix("missing ") for layer in result.sandbox if layer.startswith("missing ")]
     if verbose:
         console.print(f"sandbox: {', '.join(result.sandbox)}")
