@@ -11,6 +11,8 @@ PY=${PYTHON:-$([[ -x "$ROOT/.venv/bin/python" ]] && echo "$ROOT/.venv/bin/python
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TOKENIZERS_PARALLELISM=false
 # make_tiny_model.py's save draws a progress bar per shard (transformers reads this at import)
 export HF_HUB_DISABLE_PROGRESS_BARS=${HF_HUB_DISABLE_PROGRESS_BARS:-1}
+# Ray's default for a new local cluster (token auth), chosen, so it does not warn that it picked it
+export RAY_AUTH_MODE=${RAY_AUTH_MODE:-token}
 LAUNCHER=$(basename "$0")
 
 require_config() {  # require_config PATH: one line naming the path when it is not a file

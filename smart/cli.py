@@ -32,9 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         print(f"smart: unknown command '{name}'; choose one of {', '.join(SUBCOMMANDS)}", file=sys.stderr)
         return 2
-    # Set before Ray is imported (it reads the mode once): token auth, as Ray's default, but chosen, so
-    # Ray does not warn that it picked it.
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    # Token auth, Ray's default for a new local cluster, but chosen, so Ray does not warn that it picked it.
+    # Only before Ray is imported: it reads the mode once, and a driver that read none cannot join a
+    # cluster that its children start with tokens (smart's own command line imports Ray later).
+    if "ray" not in sys.modules:
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
     try:
         if "--check" in rest:
             return check(name, [a for a in rest if a != "--check"])

@@ -17,6 +17,7 @@ from smart.config import ClusterConfig, ConfigError
 from smart.sample import Sample
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+_STARTED = time.monotonic()  # imported as a run starts: progress lines count from here
 
 
 def ray_worker_env() -> dict:
@@ -56,8 +57,8 @@ def seed_everything(seed: int) -> None:
 
 
 def progress(title: str, message: str) -> None:
-    """One start-up line ("rl: Ray up"), so a run is never silent while it starts."""
-    print(f"{title}: {message}", flush=True)
+    """One start-up line ("rl: Ray up [6 s]"), so a run is never silent while it starts."""
+    print(f"{title}: {message} [{time.monotonic() - _STARTED:.0f} s]", flush=True)
 
 
 def finished_step(out_dir: Path, num_steps: int, export_hf: bool) -> int | None:
@@ -109,7 +110,7 @@ class Tracker:
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(str(out_dir / "tb"))
-        self.console = Console(highlight=False)
+        self.console = Console(highlight=False, soft_wrap=True)  # one line per step, also in a log file
         self.total, self.title = total_steps, title
         self.every = 1 if every_step else max(1, total_steps // 20)  # else about 20 console lines per run
 

@@ -95,3 +95,47 @@ def test_learning_launcher_help_speaks_to_users():
     r = _launch("run_learning.sh", "--help", cwd=REPO)
     assert r.returncode == 0 and "example: " in r.stdout
     assert "issue" not in r.stdout.lower(), r.stdout  # internal tracker numbers mean nothing to a user
+
+
+def test_readme_train_examples_each_train_into_their_own_folder():
+    """The README's CPU Train lines (what CI runs in order): the async example used to share the sync one's
+    out_dir, so it resumed a finished run and trained nothing."""
+    import yaml
+
+    r = subprocess.run(["bash", "scripts/readme_examples.sh", "--list"], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out_dirs = []
+    for line in r.stdout.splitlines():
+        words = line.split()
+        config = next(w for w in words if w.endswith(".yaml"))
+        overrides = dict(w.split("=", 1) for w in words[words.index(config) + 1:])
+        out_dirs.append(overrides.get("out_dir") or yaml.safe_load((REPO / config).read_text())["out_dir"])
+    assert len(out_dirs) >= 3 and len(set(out_dirs)) == len(out_dirs), out_dirs
+
+
+@pytest.mark.slow  # a Ray start and a model load in a fresh process: 10-15 s on 2 shared cores
+def test_a_run_starts_ray_and_loads_models_without_noise(tiny_model, tmp_path):
+    """Ray's 'Token authentication is enabled' warning (its default mode, picked for us) and transformers'
+    weight-loading bars in the actors: set at their cause (the mode chosen before Ray is imported, the
+    workers' environment), the way `smart` starts a run."""
+    script = f"""
+from smart import cli
+assert cli.main(["sft", {str(REPO / "configs" / "sft_tiny_cpu.yaml")!r}, "--check"]) == 0
+import ray  # as in `smart sft`: the subcommand's module imports Ray after cli.main started
+from smart.tracking import init_ray
+from smart.config import ClusterConfig
+init_ray(ClusterConfig(num_cpus=1))
+
+@ray.remote(num_cpus=0)
+def load():
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained({tiny_model!r}).num_parameters()
+
+assert ray.get(load.remote()) > 0
+ray.shutdown()
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "HF_HUB_DISABLE_PROGRESS_BARS")}
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={**env, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Token authentication" not in r.stderr and "Loading weights" not in r.stderr, r.stderr
