@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bash scripts/run_learning.sh configs/learn_synth_cpu.yaml [RUN_DIR] [key=value ...]
-# The whole learning pipeline of issue 13, one stage after another (a rerun skips finished stages):
+# The whole learning pipeline, one stage after another, in RUN_DIR (default runs/CONFIG_NAME; a rerun skips finished stages):
 #   1. kbench synth: train/held-out problems (+ verification), SFT conversations   RUN/synth/
 #   2. tokenizer (trained on the synthetic problems) + random Qwen3-shaped model     RUN/base/
 #   3. smart sft on the train split only; with sft_stop, in chunks of sft_stop.every steps, each followed
@@ -12,17 +12,19 @@
 #   7. controls (when set): SFT continued for as many optimizer steps as GRPO took     RUN/sft_continued/
 #      and GRPO with rewards shuffled within each batch                                RUN/rl_shuffled/
 #      each evaluated like 4 and 6                                  RUN/evals/heldout_{sft_continued,rl_shuffled}*
-#   8. curves (scripts/plot_learning.py)                                               RUN/plots/
+#   8. curves (scripts/plot_learning.py) and paired comparisons (scripts/learning_compare.py)  RUN/plots/
 # Seconds per stage go to RUN/stage_seconds.txt. Overrides are dotted: seed=1 sft.num_steps=10 eval.num_samples=4.
+# Relative paths (CONFIG, RUN_DIR) are read and written from the current directory.
 # example: PYTHON=.venv/bin/python bash scripts/run_learning.sh configs/learn_synth_cpu.yaml runs/learn_cpu
 source "$(dirname "$0")/_launcher_common.sh"
-if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0; fi
 [[ $# -ge 1 ]] || { echo "usage: bash scripts/run_learning.sh CONFIG.yaml [RUN_DIR] [key=value ...]" >&2; exit 2; }
 CONFIG=$1; shift
+require_config "$CONFIG"
 RUN=runs/$(basename "$CONFIG" .yaml)
 if [[ $# -ge 1 && "$1" != *=* ]]; then RUN=$1; shift; fi
 mkdir -p "$RUN"
-SETTINGS=$("$PY" scripts/learning_config.py "$CONFIG" "$RUN" "$@")
+SETTINGS=$("$PY" "$ROOT/scripts/learning_config.py" "$CONFIG" "$RUN" "$@")
 eval "$SETTINGS"
 
 timed() {  # timed NAME CMD...: run a stage and record its wall seconds
@@ -127,22 +129,22 @@ print(max(json.load(open(f))["next_step"] for f in glob.glob(sys.argv[1] + "/che
 # shellcheck disable=SC2086  # LEARN_SYNTH_ARGS is a list of flags
 [[ -f "$RUN/synth/manifest.json" ]] || timed synth "$PY" -m kbencheval.cli synth --out "$RUN/synth" \
   --seed "$LEARN_SEED" $LEARN_SYNTH_ARGS
-[[ -f "$RUN/base/config.json" ]] || timed model "$PY" scripts/make_tiny_model.py --out "$RUN/base" \
+[[ -f "$RUN/base/config.json" ]] || timed model "$PY" "$ROOT/scripts/make_tiny_model.py" --out "$RUN/base" \
   --vocab-size "$LEARN_MODEL_VOCAB_SIZE" --hidden "$LEARN_MODEL_HIDDEN" --layers "$LEARN_MODEL_LAYERS" \
   --seed "$LEARN_SEED" --corpus "$RUN/synth/train"
 [[ -f "$RUN/sft/stopped_at" ]] || sft_until_stop
 evaluate_checkpoint sft "$RUN/sft/hf"
-[[ -f "$RUN/rl/hf/config.json" ]] || timed rl bash scripts/run_rl.sh "$RUN/config/rl.yaml"
+[[ -f "$RUN/rl/hf/config.json" ]] || timed rl bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml"
 evaluate_checkpoint rl "$RUN/rl/hf"
 if [[ "${LEARN_CONTROLS_SFT_CONTINUED:-false}" == true ]]; then
   [[ -f "$RUN/sft_continued/hf/config.json" ]] || timed sft_continued sft_continued
   evaluate_checkpoint sft_continued "$RUN/sft_continued/hf"
 fi
 if [[ "${LEARN_CONTROLS_SHUFFLED_REWARDS:-false}" == true ]]; then
-  [[ -f "$RUN/rl_shuffled/hf/config.json" ]] || timed rl_shuffled bash scripts/run_rl.sh "$RUN/config/rl.yaml" \
+  [[ -f "$RUN/rl_shuffled/hf/config.json" ]] || timed rl_shuffled bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml" \
     out_dir="$RUN/rl_shuffled" reward.reward_fn=smart.reward.controls:shuffled_preset_rewards
   evaluate_checkpoint rl_shuffled "$RUN/rl_shuffled/hf"
 fi
-"$PY" scripts/plot_learning.py "$RUN" --out "$RUN/plots"
-"$PY" scripts/learning_compare.py "$RUN" --out "$RUN/plots/compare.json"
-echo "run_learning.sh: done; held-out reports in $RUN/evals/, curves in $RUN/plots/" >&2
+"$PY" "$ROOT/scripts/plot_learning.py" "$RUN" --out "$RUN/plots"
+"$PY" "$ROOT/scripts/learning_compare.py" "$RUN" --out "$RUN/plots/compare.json"
+echo "run_learning.sh done: $(cd "$RUN" && pwd) (reports in evals/, curves and comparisons in plots/, seconds per stage in stage_seconds.txt)"

@@ -25,7 +25,8 @@ from smart.ray.actor_group import TrainGroup
 from smart.ray.placement import make_placement
 from smart.ray.rollout_manager import RolloutManager
 from smart.rollout.engines import engine_kind, sync_weights
-from smart.tracking import Tracker, init_ray, latest_checkpoint, read_run_state, seed_everything
+from smart.tracking import (Tracker, done_message, finished_message, finished_step, init_ray, latest_checkpoint,
+                            progress, read_run_state, seed_everything)
 
 
 @dataclasses.dataclass
@@ -46,6 +47,7 @@ def rl_session(cfg: RLConfig) -> Iterator[RLSession]:
     """Start everything a run needs (resuming if a checkpoint exists); engines start from the trainer's weights."""
     seed_everything(cfg.seed)
     started_ray = init_ray(cfg.cluster)
+    progress("rl", "Ray up")
     out = Path(cfg.out_dir)
     ckpt = latest_checkpoint(out) if cfg.resume else None
     state = read_run_state(ckpt)
@@ -57,11 +59,17 @@ def rl_session(cfg: RLConfig) -> Iterator[RLSession]:
     rollout = RolloutManager.remote(cfg, placement.rollout, state.get("data"), placement.reward) if need_rollout else None
     if ckpt and actor:
         actor.load_checkpoint(str(ckpt / "trainer"))
+    if actor:
+        progress("rl", f"trainer loaded {cfg.model_path or 'the checkpoint'}"
+                 + (f"; resuming at step {state['next_step']}" if ckpt else ""))
     filter_fn = load_plugin(cfg.rollout.filter_fn, "rollout.filter_fn") if cfg.rollout.filter_fn else None
-    tracker = Tracker(out, cfg.num_steps, "rl")
+    tracker = Tracker(out, cfg.num_steps, "rl", every_step=True)
     try:
         if actor and rollout:
             sync_weights(actor, rollout)  # engines start from the trainer's (possibly resumed) weights
+        if rollout:
+            progress("rl", f"{cfg.cluster.rollout_num_engines} rollout engine(s) ready and {cfg.reward.num_workers} "
+                     f"evaluator worker(s) starting; step 1 of {cfg.num_steps} generates, evaluates and trains")
         yield RLSession(out, state["next_step"], actor, rollout, filter_fn, tracker)
         if actor and cfg.export_hf:
             actor.export_hf(str(out / "hf"))
@@ -87,8 +95,13 @@ def rl_main(argv: list[str], command: str, train: Callable[[RLConfig], dict], ex
         print(f"usage: {usage}  (smart {command} --help lists every key)", file=sys.stderr)
         return 2
     cfg = load_config(RLConfig, argv[0], argv[1:])
+    done = finished_step(Path(cfg.out_dir), cfg.num_steps, cfg.export_hf) if cfg.resume else None
+    if done is not None:  # before Ray and the models: a rerun of a finished run has nothing to do
+        print(finished_message(cfg.out_dir, done, cfg.num_steps))
+        return 0
     if cfg.mode != "train_only":
         check_model_path(cfg.model_path)
         engine_kind(cfg.rollout.engine).preflight(cfg)  # one clear line before Ray starts
     train(cfg)
+    print(done_message("RL", cfg.out_dir))
     return 0

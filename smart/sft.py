@@ -21,8 +21,8 @@ from smart.config import SFTConfig, check_model_path, load_config
 from smart.ray.actor_group import TrainGroup
 from smart.ray.placement import make_placement
 from smart.rollout.data import conversation_to_sample, load_sft_conversations
-from smart.tracking import (PhaseTimer, Tracker, init_ray, latest_checkpoint, read_run_state, save_checkpoint,
-                            seed_everything)
+from smart.tracking import (PhaseTimer, Tracker, done_message, finished_message, finished_step, init_ray,
+                            latest_checkpoint, progress, read_run_state, save_checkpoint, seed_everything)
 
 
 def train_sft(cfg: SFTConfig) -> dict:
@@ -35,11 +35,13 @@ def train_sft(cfg: SFTConfig) -> dict:
 
     seed_everything(cfg.seed)
     started_ray = init_ray(cfg.cluster)
+    progress("sft", "Ray up")
     out = Path(cfg.out_dir)
     ckpt = latest_checkpoint(out) if cfg.resume else None
     start = read_run_state(ckpt)["next_step"]
     placement = make_placement(cfg.cluster, need_rollout=False)
     actor = TrainGroup.for_run(cfg, placement.actor)
+    progress("sft", f"trainer loaded {cfg.model_path}" + (f"; resuming at step {start}" if start else ""))
     tracker = Tracker(out, cfg.num_steps, "sft")
     metrics: dict = {}
     try:
@@ -85,8 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: smart sft CONFIG.yaml [key=value ...]  (smart sft --help lists every key)", file=sys.stderr)
         return 2
     cfg = load_config(SFTConfig, argv[0], argv[1:])
+    done = finished_step(Path(cfg.out_dir), cfg.num_steps, cfg.export_hf) if cfg.resume else None
+    if done is not None:  # before Ray and the model: a rerun of a finished run has nothing to do
+        print(finished_message(cfg.out_dir, done, cfg.num_steps))
+        return 0
     check_model_path(cfg.model_path)
     train_sft(cfg)
+    print(done_message("SFT", cfg.out_dir))
     return 0
 
 

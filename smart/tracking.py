@@ -17,6 +17,7 @@ from smart.config import ClusterConfig, ConfigError
 from smart.sample import Sample
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+_STARTED = time.monotonic()  # imported as a run starts: progress lines count from here
 
 
 def ray_worker_env() -> dict:
@@ -24,7 +25,9 @@ def ray_worker_env() -> dict:
     latter hangs every actor where Ray itself comes from PYTHONPATH (the GPU machine's wheels): the
     worker processes cannot import ray, and Ray retries them forever."""
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])),
-            "TOKENIZERS_PARALLELISM": "false"}
+            "TOKENIZERS_PARALLELISM": "false",
+            # transformers draws a bar for every weight load (trainer, engines): noise in a run's log
+            "HF_HUB_DISABLE_PROGRESS_BARS": os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "1")}
 
 
 def init_ray(cfg: ClusterConfig) -> bool:
@@ -53,6 +56,31 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def progress(title: str, message: str) -> None:
+    """One start-up line ("rl: Ray up [6 s]"), so a run is never silent while it starts."""
+    print(f"{title}: {message} [{time.monotonic() - _STARTED:.0f} s]", flush=True)
+
+
+def finished_step(out_dir: Path, num_steps: int, export_hf: bool) -> int | None:
+    """The step a finished run in out_dir reached (its checkpoint at or past num_steps, its export written),
+    or None when there is something left to do."""
+    ckpt = latest_checkpoint(out_dir)
+    done = read_run_state(ckpt)["next_step"]
+    if not ckpt or done < num_steps or (export_hf and not (out_dir / "hf" / "config.json").exists()):
+        return None
+    return done
+
+
+def finished_message(out_dir: str, done: int, num_steps: int) -> str:
+    return (f"{out_dir} already finished at step {done}/{num_steps}; nothing to train. "
+            f"Use a new out_dir=... or raise num_steps")
+
+
+def done_message(title: str, out_dir: str) -> str:
+    """The last line of a run: where everything went (relative paths are the caller's)."""
+    return f"{title} done: {os.path.abspath(out_dir)} (checkpoints/, hf/, tb/ for TensorBoard)"
+
+
 class PhaseTimer:
     """`with timer("train"): ...` accumulates wall seconds per phase, reported as time/<phase>."""
 
@@ -77,21 +105,21 @@ class Tracker:
     SHOWN = ("reward/mean", "eval/compile_rate", "eval/correct_rate", "train/loss", "train/grad_norm",
              "filter/dropped_groups", "time/step")
 
-    def __init__(self, out_dir: Path, total_steps: int, title: str):
+    def __init__(self, out_dir: Path, total_steps: int, title: str, every_step: bool = False):
         from rich.console import Console
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(str(out_dir / "tb"))
-        self.console = Console(highlight=False)
+        self.console = Console(highlight=False, soft_wrap=True)  # one line per step, also in a log file
         self.total, self.title = total_steps, title
+        self.every = 1 if every_step else max(1, total_steps // 20)  # else about 20 console lines per run
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         for key, value in metrics.items():
             if isinstance(value, (int, float)):
                 self.writer.add_scalar(key, float(value), step)
         self.writer.flush()
-        every = max(1, self.total // 20)  # about 20 console lines per run; TensorBoard gets every step
-        if (step + 1) % every and step + 1 != self.total:
+        if (step + 1) % self.every and step + 1 != self.total:  # TensorBoard gets every step
             return
         label = {"reward/mean": "reward", "time/step": "sec"}
         shown = "  ".join(f"{label.get(k, k.split('/')[-1])}={metrics[k]:.3g}" for k in self.SHOWN if k in metrics)

@@ -218,6 +218,21 @@ def test_an_engine_still_starting_is_not_taken_for_dead(local_ray):
     fleet.shutdown()
 
 
+def test_a_slow_starting_server_client_is_not_taken_for_dead(local_ray):
+    """An engine without a slot (an SGLang client) is an actor too: on a loaded machine its worker process
+    outlasted the ping while starting, and the run stopped with NoEnginesLeft. Its deadline starts when it
+    has answered; a dead one is still dropped after that."""
+    fleet = _fleet("drop", n=1, start_s=3.0, health_timeout_s=0.5)
+    first = fleet.engines[0]
+    assert fleet.check()["engines/drops"] == 0.0  # before: no answer within 0.5s, dropped, NoEnginesLeft
+    assert ray.get(first.push.remote(None, 0)) == 0  # the first sync waits for the start ...
+    fleet.record(0)  # ... and every engine has answered
+    assert fleet.check() == {"engines/alive": 1.0, "engines/restarts": 0.0, "engines/drops": 0.0}
+    _kill(first)
+    with pytest.raises(NoEnginesLeft):
+        fleet.check()
+
+
 def test_a_starting_engine_does_not_hold_up_finding_a_dead_one(local_ray):
     fleet = _fleet("drop", n=1, health_timeout_s=0.5)  # a started engine (an SGLang client) ...
     fleet.engines.append(FakeEngine.remote(8.0))  # ... and one still loading its model for 8 s

@@ -8,7 +8,8 @@ A ping is `Engine.health` answered within rollout.health_timeout_s (an embedded 
 actor; an SGLang engine asks its server's /health). What happens to a dead engine is its kind's
 `on_dead`: "restart" (embedded) starts a new actor on the same slot and pushes it the current weights,
 so it serves the trainer's version; "drop" (SGLang) takes its server out of the router, warns, and the
-run goes on with the rest. No engine left is an error. The counts appear in the step metrics as
+run goes on with the rest. No engine left is an error. The ping's deadline holds from an engine's first
+answer (its start ping, or the first sync's push) on: before it, a slow start is not a death. The counts appear in the step metrics as
 engines/alive, engines/restarts and engines/drops.
 """
 
@@ -36,17 +37,19 @@ class EngineFleet:
         self.kind, self.cfg, self.rc = kind, cfg, cfg.rollout
         self.engines = list(kind.start(cfg, slots))
         self.slots = list(slots) if kind.needs_slots else [None] * len(self.engines)
-        # Answered once: from then on a ping has health_timeout_s. An embedded engine (one with a slot) loads
-        # its model inside its actor; an SGLang engine is a client of a server that is already up.
-        self.started = [not kind.needs_slots] * len(self.engines)
+        # Answered once: from then on a ping has health_timeout_s. Until then the actor may still be starting
+        # (an embedded engine loads its model; any engine's worker process starts and imports, which on a
+        # loaded machine outlasts a ping), so the deadline counts from the first answer, not the start.
+        self.started = [False] * len(self.engines)
         # An engine that has not answered yet has one start ping in flight, across checks: (ref, sent at).
         self.start_pings: list = [None] * len(self.engines)
         self.packed, self.version = None, 0  # what the last sync pushed (None: the engines' own start weights)
         self.restarts = self.drops = 0
 
     def record(self, version: int, packed=None) -> None:
-        """The engines now serve `version`, pushed as `packed` (a WeightSink.pack result)."""
+        """The engines now serve `version`, pushed as `packed` (a WeightSink.pack result): each has answered."""
         self.version, self.packed = version, packed
+        self.started, self.start_pings = [True] * len(self.engines), [None] * len(self.engines)
 
     def metrics(self) -> dict:
         return {"engines/alive": float(len(self.engines)), "engines/restarts": float(self.restarts),
