@@ -6,6 +6,8 @@ Paired comparisons of a learning run's checkpoints on the same problems and samp
 continued SFT vs SFT, RL vs continued SFT, shuffled-reward RL vs SFT), the mean change over problems with
 a paired 95% bootstrap interval; and pass@1 per expression size (operators, from RUN/synth/manifest.json).
 Prints a table, writes JSON.
+
+example: python scripts/learning_compare.py runs/learn_gpu_s0
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def print_table(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description="paired comparisons of a learning run's checkpoints",
+                                 epilog="example: python scripts/learning_compare.py runs/learn_gpu_s0")
     ap.add_argument("run", type=Path, help="a learning run's folder (RUN/evals, RUN/synth/manifest.json)")
     ap.add_argument("--out", type=Path, help="JSON output (default RUN/plots/compare.json)")
     args = ap.parse_args(argv)

@@ -3,11 +3,13 @@ seconds, not in the slow tier or on a GPU (a moved `reward.timeout_s` once faile
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kbencheval.config import load_config
 from smart.config import RLConfig, SFTConfig
@@ -49,10 +51,10 @@ def test_sft_config_builds_its_conversations(path):
 def test_learning_config_refuses_a_prepared_synth_set_made_with_other_settings(tmp_path):
     # run_learning.sh skips its synth stage when RUN/synth exists (a set prepared off the device), so a stale
     # set (another solution style or seed) would train silently on the wrong problems
-    (tmp_path / "synth").mkdir()
-    (tmp_path / "synth" / "manifest.json").write_text(
-        '{"config": {"n": 12000, "seed": 0, "max_variants": 2, "solution_style": "ssa"}}')
     script, config = str(REPO / "scripts" / "learning_config.py"), str(REPO / "configs" / "learn_synth_gpu.yaml")
+    made = {**yaml.safe_load(open(config))["synth"], "seed": 0, "solution_style": "ssa"}  # the config's set, but ssa
+    (tmp_path / "synth").mkdir()
+    (tmp_path / "synth" / "manifest.json").write_text(json.dumps({"config": made}))
 
     def run(*overrides):
         return subprocess.run([sys.executable, script, config, str(tmp_path), *overrides],

@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
 
 def _screened(cfg: EvalConfig, problem, text: str, is_code: bool):
     """The verdict of a candidate that cannot run, reached without an evaluator; None if it may run."""
-    from kbencheval.eval.harness import screen
+    from kbencheval.eval.screen import screen
     from kbencheval.eval.result import feedback_text
 
     _, _, result = screen(text, cfg.backend, static_checks=cfg.static_checks, is_code=is_code)

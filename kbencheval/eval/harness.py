@@ -36,7 +36,7 @@ from kbencheval.eval.processes import kill_group
 from kbencheval.eval.rounds import timed_outputs_per_request
 from kbencheval.eval.session import Session, gate_window, tail
 from kbencheval.eval.sizing import CUDA_CONTEXT_BYTES, DEVICE_MEMORY_FRACTION, device_bytes_needed
-from kbencheval.extract import defines_model_new, extract_code, static_check
+from kbencheval.eval.screen import screen
 
 __all__ = ["EvalConfig", "Evaluator", "HarnessError", "RunSeeds", "bwrap_works", "screen", "start_evaluators"]
 
@@ -400,27 +400,6 @@ class Evaluator:
 _OUT_OF_MEMORY = re.compile(r"(CUDA|HIP)( error:)? out of memory|(CU|HIP)BLAS_STATUS_ALLOC_FAILED|"
                             r"(CU|MI)DNN_STATUS_ALLOC_FAILED")
 _WHOLE_DEVICE = 1 << 60  # a reservation that is admitted only alone (gate._admit) and keeps every other one out
-
-
-def screen(text: str, backend: str, *, static_checks: bool = True,
-           is_code: bool = False) -> tuple[str | None, dict, EvalResult | None]:
-    """What is known without running anything: (code, checks, verdict). `text` is an LLM response, or
-    the code itself when `is_code` (a .py file: a syntax error is then reported as one, not as a missing
-    code block). `checks` holds the static checks' findings when they ran; `verdict` is set when the
-    candidate cannot run (no code, no ModelNew, a syntax error, a static violation)."""
-    code = text if is_code else extract_code(text)
-    if code is None:
-        return None, {}, EvalResult(Status.FORMAT_ERROR, error="no code block found in the response")
-    if not defines_model_new(code):
-        return code, {}, EvalResult(Status.FORMAT_ERROR, error="the code defines no class ModelNew")
-    if not static_checks:
-        return code, {}, None
-    report = static_check(code, backend)
-    checks = {"static": report.violations or "ok"}
-    if report.ok:
-        return code, checks, None
-    status = Status.COMPILE_ERROR if report.reason.startswith("syntax error") else Status.REJECTED
-    return code, checks, EvalResult(status, error=report.reason, checks=checks)
 
 
 def _device_out_of_memory(result: EvalResult) -> bool:
