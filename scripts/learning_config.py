@@ -81,8 +81,8 @@ def stage_configs(cfg: dict, run: Path) -> tuple[dict, dict]:
     seed = int(cfg.get("seed", 0))
     sft = dict(cfg.get("sft", {}))
     train = dict(sft.get("train", {}))
-    if train.get("lr_schedule", "constant") != "constant":  # a decay ends where SFT does, unless set
-        train.setdefault("lr_decay_steps", sft.get("num_steps"))
+    if train.get("lr_schedule", "constant") != "constant" and "num_steps" in sft:  # a decay ends where SFT does
+        train.setdefault("lr_decay_steps", sft["num_steps"])
         sft["train"] = train
     sft |= {"model_path": str(run / "base"), "out_dir": str(run / "sft"), "seed": seed,
             "data": {**sft.get("data", {}), "sft_jsonl": str(run / "synth" / "sft_train.jsonl")}}

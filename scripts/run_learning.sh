@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # bash scripts/run_learning.sh configs/learn_synth_cpu.yaml [RUN_DIR] [key=value ...]
 # The whole learning pipeline, one stage after another, in RUN_DIR (default runs/CONFIG_NAME; a rerun skips finished stages):
-#   1. kbench synth: train/held-out problems (+ verification), SFT conversations   RUN/synth/
+#   1. kbench synth: train / test / held-out problems (+ verification), SFT conversations   RUN/synth/
+#      (test: new problems from the train distribution; held-out: operator pairs train never saw)
 #   2. tokenizer (trained on the synthetic problems) + random Qwen3-shaped model     RUN/base/
 #   3. smart sft on the train split only; with sft_stop, in chunks of sft_stop.every steps, each followed
-#      by a held-out probe (pass@k, correctness only, on held-out problems the evaluations below do not
-#      use), stopping at the first chunk that reaches sft_stop.min_pass_at_k                 RUN/sft/
-#   4. held-out eval of the SFT model: kbench generate / eval / report                 RUN/evals/heldout_sft*
+#      by a probe (pass@k, correctness only, on eval.split problems the evaluations below do not use),
+#      stopping at the first chunk that reaches sft_stop.min_pass_at_k                        RUN/sft/
+#   4. evaluation of the SFT model on eval.split (sampled; greedy too with eval.greedy), and on the
+#      held-out split beside a test one (eval.heldout_problems): kbench generate / eval / report
+#                                                                          RUN/evals/{test,heldout}_sft*
 #   5. GRPO through scripts/run_rl.sh, starting from the SFT model                     RUN/rl/
-#   6. held-out eval of the RL model, same sampling settings and seeds                 RUN/evals/heldout_rl*
+#   6. the same evaluations of the RL model, same problems, sampling settings and seeds   RUN/evals/*_rl*
 #   7. controls (when set): SFT continued for as many optimizer steps as GRPO took     RUN/sft_continued/
 #      and GRPO with rewards shuffled within each batch                                RUN/rl_shuffled/
-#      each evaluated like 4 and 6                                  RUN/evals/heldout_{sft_continued,rl_shuffled}*
+#      each evaluated like 4 and 6                              RUN/evals/*_{sft_continued,rl_shuffled}*
 #   8. curves (scripts/plot_learning.py) and paired comparisons (scripts/learning_compare.py)  RUN/plots/
 # Seconds per stage go to RUN/stage_seconds.txt. Overrides are dotted: seed=1 sft.num_steps=10 eval.num_samples=4.
 # Relative paths (CONFIG, RUN_DIR) are read and written from the current directory.
