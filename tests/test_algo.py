@@ -26,7 +26,8 @@ def _logits_from_probs(*rows):
 def test_token_logprobs_and_entropy_by_hand():
     logits = _logits_from_probs([1.0, 2.0, 3.0], [1.0, 1.0, 2.0])  # probs [1/6,1/3,1/2], [1/4,1/4,1/2]
     lp = token_logprobs(logits, torch.tensor([[2, 0]]))
-    assert lp.dtype == torch.float32
+    assert lp.dtype == logits.dtype == torch.float64  # never below its input's precision
+    assert token_logprobs(logits.bfloat16(), torch.tensor([[2, 0]])).dtype == torch.float32  # bf16 scored in fp32
     assert lp[0, 0].item() == pytest.approx(LN(1 / 2), abs=1e-6)
     assert lp[0, 1].item() == pytest.approx(LN(1 / 4), abs=1e-6)
     h = entropy_from_logits(logits)

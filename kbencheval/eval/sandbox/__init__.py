@@ -43,7 +43,10 @@ def lock_down(layers: list[str], writable: list[str], readable: list[str] | None
     """Landlock, then seccomp: after CUDA is initialised on GPUs, before any candidate code. Reads are
     limited to `writable` and `readable` beyond the allow-list of reads.py."""
     done = []
-    if "private-tmp" not in layers:  # the host's /tmp: other users' and jobs' files
+    # The host's /tmp holds other users' and jobs' files. A private /tmp still shows the interpreter's and
+    # this checkout's folders (keep_paths: CI clones into /tmp), and a rule on /tmp would grant reads beneath
+    # them all: with reads restricted, a candidate's temp files go to TMPDIR, its job folder, alone.
+    if "private-tmp" not in layers or "landlock-read" in layers:
         writable = [w for w in writable if w != "/tmp"]
     if "landlock-fs" in layers:
         done += landlock.restrict(writable, readable=reads.allowed(readable or []) if "landlock-read" in layers else None)
