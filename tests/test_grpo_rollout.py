@@ -31,7 +31,7 @@ class Draws:
         for k in range(self.next, self.next + n):
             out += _group(k, [1.0, 1.0] if k in self.uniform else [0.0, 1.0])
         self.next += n
-        return out, {"time/generate": 1.0, "reward/mean": 0.5}
+        return out, {"time/generate": 1.0, "reward/mean": 0.5, "eval/shared_verdicts": float(n)}
 
 
 def test_refill_counts_by_hand():
@@ -43,6 +43,7 @@ def test_refill_counts_by_hand():
     assert m["filter/refill_rounds"] == 2 and m["filter/refill_prompts"] == 4
     assert m["filter/dropped_groups"] == 4 and m["filter/kept_prompts"] == 4 and m["filter/missing_prompts"] == 0
     assert m["time/generate"] == 3.0 and m["reward/mean"] == 0.5  # times add up over rounds
+    assert m["eval/shared_verdicts"] == 8.0  # so do the verdicts shared by identical code: 4 + 3 + 1
 
 
 def test_refill_is_bounded_and_off_by_default():

@@ -100,11 +100,12 @@ class RolloutManager:
     def rollout(self, step: int, n_prompts: int | None = None) -> tuple[list[Sample], dict]:
         """Samples of n_prompts (default prompts_per_step) new prompts, generated, evaluated and
         rewarded (reward = discounted return). A step may call it again to refill filtered groups."""
-        t0 = time.perf_counter()
+        t0, shared_before = time.perf_counter(), self.pool.deduplicated
         samples, metrics = self.generate(step, n_prompts)
         t1 = time.perf_counter()
         samples, reward_metrics = self.reward(samples)
-        return samples, metrics | reward_metrics | {"time/generate": t1 - t0, "time/reward": time.perf_counter() - t1}
+        return samples, metrics | reward_metrics | {"time/generate": t1 - t0, "time/reward": time.perf_counter() - t1,
+                                                    "eval/shared_verdicts": float(self.pool.deduplicated - shared_before)}
 
     def generate(self, step: int, n_prompts: int | None = None) -> tuple[list[Sample], dict]:
         """Samples for step `step` from the generate function, not yet rewarded (multi-turn ones are evaluated)."""

@@ -14,7 +14,7 @@ from smart.rollout.filters import filter_groups, groups_of
 from smart.sample import Sample
 
 # Per-round metrics that add up over rounds; every other rollout metric describes the first round.
-_ADDITIVE = ("time/", "rollout/generated_tokens")
+_ADDITIVE = ("time/", "rollout/generated_tokens", "eval/shared_verdicts")
 
 
 def fill_groups(draw: Callable[[int], tuple[list[Sample], dict]], filter_fn, want: int,
