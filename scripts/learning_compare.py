@@ -3,8 +3,9 @@
 Paired comparisons of a learning run's checkpoints on the same problems and sampling seeds
 (RUN/evals/{split}_{phase}[_greedy].json from `kbench report --json`): for each split, each measure
 (pass@1 at T=1, pass@k at the largest k the samples allow, greedy pass@1) and each pair (RL vs SFT,
-continued SFT vs SFT, RL vs continued SFT, shuffled-reward RL vs SFT), the mean change over problems with
-a paired 95% bootstrap interval; and pass@1 per expression size (operators, from RUN/synth/manifest.json).
+continued SFT vs SFT, RL vs continued SFT, shuffled-reward RL vs SFT, each ablation rl_NAME vs SFT and vs RL),
+the mean change over problems with a paired 95% bootstrap interval; and pass@1 per expression size (operators,
+from RUN/synth/manifest.json).
 Prints a table, writes JSON.
 
 example: python scripts/learning_compare.py runs/learn_gpu_s0
@@ -37,15 +38,22 @@ def compare(evals: Path, sizes: dict[str, int]) -> dict:
                    if "_probe_" not in f.stem}
         if not reports:
             continue
-        k_max = min((p["n"] for r in reports.values() for p in r["problems"]), default=1)
+        # greedy reports hold one sample a problem; pass@k is over the sampled ones
+        k_max = min((p["n"] for name, r in reports.items() if not name.endswith("_greedy") for p in r["problems"]),
+                    default=1)
         measures = {"pass@1": ("", 1), f"pass@{k_max}": ("", k_max), "greedy pass@1": ("_greedy", 1)}  # k_max 1: one key
+        # ablations (rl_NAME) are compared with SFT and with the main GRPO run
+        ablations = sorted(phase for phase in reports if phase.startswith("rl_") and not phase.endswith("_greedy")
+                           and phase != "rl_shuffled")
+        pairs = PAIRS + tuple(pair for arm in ablations for pair in ((arm, "sft"), (arm, "rl")))
         rows = {}
         for measure, (suffix, k) in measures.items():
-            scores = {phase: per_problem(reports[phase + suffix], k) for phase, _ in PAIRS + (("sft", None),)
+            scores = {phase: per_problem(reports[phase + suffix], k) for phase in {"sft", *(a for a, _ in pairs)}
                       if phase + suffix in reports}
-            for phase, values in scores.items():
+            for phase in sorted(scores, key=lambda name: (name != "sft", name)):
+                values = scores[phase]
                 rows.setdefault(measure, {})[phase] = sum(values.values()) / max(1, len(values))
-            for after, before in PAIRS:
+            for after, before in pairs:
                 if after in scores and before in scores:
                     keys = sorted(set(scores[after]) & set(scores[before]))
                     rows[f"{measure}: {after} - {before}"] = paired_bootstrap(

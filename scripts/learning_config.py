@@ -7,11 +7,13 @@ stages' settings as shell assignments (LEARN_*) for the launcher to `eval`.
 
 Top-level keys: seed, model {vocab_size, hidden, layers}, synth {kbench synth flags}, eval {split (test: the
 in-distribution split, or heldout: unseen operator pairs), greedy, heldout_problems/heldout_samples (the
-unseen-pair evaluation beside a test one), timing, sampling and evaluator settings},
+unseen-pair evaluation beside a test one), timing, engine_dtype (the generating engine's, as the model was
+trained), sampling and evaluator settings},
 sft {SFTConfig}, rl {RLConfig}, sft_stop {every, num_problems, num_samples, min_pass_at_k} (SFT in chunks
 of `every` steps up to sft.num_steps, probing held-out pass@num_samples after each, stopping at the
-first chunk that reaches min_pass_at_k), controls {sft_continued, shuffled_rewards}. Overrides are
-dotted: sft.num_steps=10, eval.num_samples=4.
+first chunk that reaches min_pass_at_k), controls {sft_continued, shuffled_rewards}, ablations {NAME: {rl key:
+value, ...}} (more GRPO runs from the same SFT model, each changing the named rl settings, e.g.
+rl_lr5e-5: {train.lr: 5.0e-5}; NAME starts with rl_). Overrides are dotted: sft.num_steps=10, eval.num_samples=4.
 
 example: python scripts/learning_config.py configs/learn_synth_cpu.yaml runs/learn_cpu seed=1
 """
@@ -31,10 +33,10 @@ sys.path.insert(0, str(REPO))
 from kbencheval.config import ConfigError  # noqa: E402
 
 SECTIONS = {"seed": int, "model": dict, "synth": dict, "eval": dict, "sft": dict, "rl": dict, "sft_stop": dict,
-            "controls": dict}
+            "controls": dict, "ablations": dict}
 EVAL_KEYS = {"num_problems", "num_samples", "temperature", "top_p", "max_tokens", "device", "num_gpus",
              "cpu_workers", "workers_per_gpu", "trials", "batch_size", "split", "greedy", "heldout_problems",
-             "heldout_samples", "timing"}
+             "heldout_samples", "timing", "engine_dtype"}
 MODEL_KEYS = {"vocab_size", "hidden", "layers"}
 SFT_STOP_KEYS = {"every", "num_problems", "num_samples", "min_pass_at_k"}
 CONTROL_KEYS = {"sft_continued", "shuffled_rewards"}
@@ -93,6 +95,28 @@ def stage_configs(cfg: dict, run: Path) -> tuple[dict, dict]:
     return sft, rl
 
 
+def ablation_configs(cfg: dict, rl: dict, run: Path) -> dict[str, dict]:
+    """NAME -> the RL config with that ablation's dotted rl keys changed, writing to RUN/NAME."""
+    out = {}
+    for name, changes in (cfg.get("ablations") or {}).items():
+        if not (isinstance(name, str) and name.startswith("rl_") and name.replace("_", "").replace("-", "")
+                .replace(".", "").isalnum() and name != "rl_shuffled"):
+            raise ConfigError(f"ablation name {name!r}: use rl_ followed by letters, digits, '-', '.' or '_' "
+                              "(it names the run folder and its evaluations), e.g. rl_lr5e-5")
+        if not isinstance(changes, dict) or not changes:
+            raise ConfigError(f"ablations.{name} must map rl keys to values, e.g. {{train.lr: 5.0e-5}}")
+        arm = json.loads(json.dumps(rl))  # deep copy
+        for key, value in changes.items():
+            *parents, leaf = str(key).split(".")
+            tree = arm
+            for part in parents:
+                tree = tree.setdefault(part, {})
+            tree[leaf] = value
+        arm["out_dir"] = str(run / name)
+        out[name] = arm
+    return out
+
+
 def check_prepared_synth(cfg: dict, run: Path) -> None:
     """A synthetic set already in RUN (prepared off the device) must be the one the config asks for: the
     pipeline skips its synth stage, so a stale set would otherwise train silently on the wrong problems."""
@@ -137,12 +161,17 @@ def main(argv: list[str]) -> int:
         sft, rl = stage_configs(cfg, run)
         sft_cfg = from_dict(SFTConfig, sft, "sft")  # validate now: a typo fails before an hour of GPU time
         rl_cfg = from_dict(RLConfig, rl, "rl")
+        arms = ablation_configs(cfg, rl, run)
+        for name, arm in arms.items():
+            from_dict(RLConfig, arm, f"ablations.{name}")
     except ConfigError as e:
         print(f"learning_config: {e}", file=sys.stderr)
         return 2
     (run / "config").mkdir(parents=True, exist_ok=True)
     (run / "config" / "sft.yaml").write_text(yaml.safe_dump(sft, sort_keys=False))
     (run / "config" / "rl.yaml").write_text(yaml.safe_dump(rl, sort_keys=False))
+    for name, arm in arms.items():
+        (run / "config" / f"{name}.yaml").write_text(yaml.safe_dump(arm, sort_keys=False))
     (run / "config" / "learning.json").write_text(json.dumps(cfg, indent=1) + "\n")
     flat = {"SEED": cfg.get("seed", 0)}
     flat |= {f"MODEL_{k.upper()}": v for k, v in cfg.get("model", {}).items()}
@@ -150,6 +179,7 @@ def main(argv: list[str]) -> int:
     flat["SYNTH_ARGS"] = " ".join(_flag(k, v) for k, v in cfg.get("synth", {}).items())
     flat |= {f"SFT_STOP_{k.upper()}": v for k, v in cfg.get("sft_stop", {}).items()}
     flat |= {f"CONTROLS_{k.upper()}": v for k, v in cfg.get("controls", {}).items()}
+    flat["ABLATIONS"] = " ".join(arms)
     flat["PROMPT_STYLE"] = rl.get("rollout", {}).get("prompt_style", "one_shot")
     flat["SFT_NUM_STEPS"] = sft_cfg.num_steps
     # the continued-SFT control trains as many optimizer steps as GRPO took (its steps x this)

@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or run / "plots")
     out.mkdir(parents=True, exist_ok=True)
     sft, rl, shuffled = scalars(run / "sft" / "tb"), scalars(run / "rl" / "tb"), scalars(run / "rl_shuffled" / "tb")
+    ablations = {d.name: scalars(d / "tb") for d in sorted(run.glob("rl_*")) if d.is_dir() and d.name != "rl_shuffled"}
     kl_tags = {t: v for t, v in rl.items() if "kl" in t.lower()}
     written, missing = [], []
     plots = {
@@ -133,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         "rl_rates.png": ("GRPO rollouts (training problems)", {
             "correct": pick(rl, "eval/correct_rate"), "fast_1": pick(rl, "eval/fast_1_rate"),
             "correct, shuffled control": pick(shuffled, "eval/correct_rate"),
-            "compiled": pick(rl, "eval/compile_rate"), "compiled, shuffled control": pick(shuffled, "eval/compile_rate")},
+            "compiled": pick(rl, "eval/compile_rate"), "compiled, shuffled control": pick(shuffled, "eval/compile_rate"),
+            **{f"correct, {name}": pick(tags, "eval/correct_rate") for name, tags in ablations.items()}},
             "rate"),
         "rl_kl.png": ("KL and logprob gap", {**kl_tags, "engine-trainer |dlogp|":
                                              pick(rl, "train/rollout_logprob_abs_diff")}, "nats"),
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     by_split = {}
     for split in ("test", "heldout"):  # the in-distribution test split, and unseen operator pairs
         numbers = {}
-        for phase, label in PHASES.items():
+        for phase, label in (PHASES | {name: f"RL, {name}" for name in ablations}).items():
             for suffix, kind in (("", ""), ("_greedy", ", greedy")):
                 report = run / "evals" / f"{split}_{phase}{suffix}.json"
                 if report.is_file():

@@ -14,7 +14,9 @@
 #   6. the same evaluations of the RL model, same problems, sampling settings and seeds   RUN/evals/*_rl*
 #   7. controls (when set): SFT continued for as many optimizer steps as GRPO took     RUN/sft_continued/
 #      and GRPO with rewards shuffled within each batch                                RUN/rl_shuffled/
-#      each evaluated like 4 and 6                              RUN/evals/*_{sft_continued,rl_shuffled}*
+#      each evaluated on eval.split (sampled)                        RUN/evals/*_{sft_continued,rl_shuffled}.json
+#   7b. ablations (when set): GRPO again from the SFT model with one setting changed    RUN/rl_NAME/
+#      evaluated like the controls                                               RUN/evals/*_rl_NAME.json
 #   8. curves (scripts/plot_learning.py) and paired comparisons (scripts/learning_compare.py)  RUN/plots/
 # Seconds per stage go to RUN/stage_seconds.txt. Overrides are dotted: seed=1 sft.num_steps=10 eval.num_samples=4.
 # Relative paths (CONFIG, RUN_DIR) are read and written from the current directory.
@@ -59,7 +61,7 @@ evaluate() {  # evaluate NAME MODEL SPLIT OFFSET COUNT SAMPLES TEMPERATURE [kben
     dataset_path="$RUN/synth/$split" level=1 subset="$subset" num_samples="$samples" \
     server_type=embedded model_name="$model" temperature="$temperature" top_p="$LEARN_EVAL_TOP_P" \
     max_tokens="$LEARN_EVAL_MAX_TOKENS" seed="$LEARN_SEED" prompt_style="$LEARN_PROMPT_STYLE" \
-    batch_size="${LEARN_EVAL_BATCH_SIZE:-0}"
+    batch_size="${LEARN_EVAL_BATCH_SIZE:-0}" engine_dtype="${LEARN_EVAL_ENGINE_DTYPE:-auto}"
   local extra=()
   [[ -n "${LEARN_EVAL_TRIALS:-}" ]] && extra+=(eval.trials="$LEARN_EVAL_TRIALS")
   [[ "${LEARN_EVAL_TIMING:-true}" == false ]] && extra+=(eval.timing=false)
@@ -70,10 +72,12 @@ evaluate() {  # evaluate NAME MODEL SPLIT OFFSET COUNT SAMPLES TEMPERATURE [kben
 }
 
 SPLIT=${LEARN_EVAL_SPLIT:-heldout}
-evaluate_checkpoint() {  # evaluate_checkpoint TAG MODEL: the before/after evaluations, identical for every checkpoint
-  local tag=$1 model=$2
+evaluate_checkpoint() {  # evaluate_checkpoint TAG MODEL [primary]: the before/after evaluations, identical for every
+  # checkpoint; controls and ablations take only the primary one (eval.split, sampled), which their comparisons use
+  local tag=$1 model=$2 scope=${3:-all}
   [[ -f "$RUN/evals/${SPLIT}_$tag.json" ]] || evaluate "${SPLIT}_$tag" "$model" "$SPLIT" 0 "$LEARN_EVAL_NUM_PROBLEMS" \
     "$LEARN_EVAL_NUM_SAMPLES" "$LEARN_EVAL_TEMPERATURE"
+  [[ "$scope" == primary ]] && return
   if [[ "${LEARN_EVAL_GREEDY:-false}" == true && ! -f "$RUN/evals/${SPLIT}_${tag}_greedy.json" ]]; then
     evaluate "${SPLIT}_${tag}_greedy" "$model" "$SPLIT" 0 "$LEARN_EVAL_NUM_PROBLEMS" 1 0
   fi
@@ -141,13 +145,17 @@ evaluate_checkpoint sft "$RUN/sft/hf"
 evaluate_checkpoint rl "$RUN/rl/hf"
 if [[ "${LEARN_CONTROLS_SFT_CONTINUED:-false}" == true ]]; then
   [[ -f "$RUN/sft_continued/hf/config.json" ]] || timed sft_continued sft_continued
-  evaluate_checkpoint sft_continued "$RUN/sft_continued/hf"
+  evaluate_checkpoint sft_continued "$RUN/sft_continued/hf" primary
 fi
 if [[ "${LEARN_CONTROLS_SHUFFLED_REWARDS:-false}" == true ]]; then
   [[ -f "$RUN/rl_shuffled/hf/config.json" ]] || timed rl_shuffled bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml" \
     out_dir="$RUN/rl_shuffled" reward.reward_fn=smart.reward.controls:shuffled_preset_rewards
-  evaluate_checkpoint rl_shuffled "$RUN/rl_shuffled/hf"
+  evaluate_checkpoint rl_shuffled "$RUN/rl_shuffled/hf" primary
 fi
+for arm in ${LEARN_ABLATIONS:-}; do  # one setting changed per arm, same SFT start
+  [[ -f "$RUN/$arm/hf/config.json" ]] || timed "$arm" bash "$ROOT/scripts/run_rl.sh" "$RUN/config/$arm.yaml"
+  evaluate_checkpoint "$arm" "$RUN/$arm/hf" primary
+done
 "$PY" "$ROOT/scripts/plot_learning.py" "$RUN" --out "$RUN/plots"
 "$PY" "$ROOT/scripts/learning_compare.py" "$RUN" --out "$RUN/plots/compare.json"
 echo "run_learning.sh done: $(cd "$RUN" && pwd) (reports in evals/, curves and comparisons in plots/, seconds per stage in stage_seconds.txt)"

@@ -135,6 +135,10 @@ class RolloutConfig:
     """engine=sglang: weights reach the servers as a folder, serialized tensors over HTTP, or a rank-0 broadcast."""
     weight_bucket_mb: float = 512.0
     """sglang_weight_sync=tensor|distributed: most megabytes of weights per HTTP request / broadcast bucket."""
+    engine_dtype: str = "auto"
+    """engine=embedded: the engines' weights dtype: auto (the trainer's: fp32 when train.dtype=fp32, else bf16 on
+    a GPU and fp32 on the CPU), float32, bfloat16, float16. Weight updates smaller than one step of the engine's
+    dtype do not reach the samples."""
     health_timeout_s: float = 10.0
     """Between steps each engine must answer a ping within this (0 = no check): a dead embedded engine is
     restarted with the current weights, a dead SGLang server is dropped (and removed from the router)."""
@@ -142,6 +146,12 @@ class RolloutConfig:
     """Restarts of dead embedded engines per run; past it a dead engine is dropped like a dead server."""
 
     def validate(self) -> None:
+        dtypes = ("auto", "float32", "bfloat16", "float16")
+        if self.engine_dtype not in dtypes:
+            raise ConfigError(f"rollout.engine_dtype={self.engine_dtype!r}: use one of {', '.join(dtypes)}")
+        if self.engine_dtype != "auto" and self.engine != "embedded":
+            raise ConfigError("rollout.engine_dtype sets the embedded engines' dtype; an SGLang server takes --dtype "
+                              "at launch: drop rollout.engine_dtype")
         if self.engine == "sglang" and not self.sglang_urls:
             raise ConfigError("rollout.engine=sglang needs rollout.sglang_urls=[http://HOST:PORT, ...] (one per engine)")
         if self.sglang_timeout_s <= 0:

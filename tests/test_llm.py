@@ -143,6 +143,21 @@ def test_kbench_generate_runs_the_embedded_engine_where_engine_device_says(tiny_
         make_llm_client("openai", "m", "http://127.0.0.1:1/v1", engine_device="cuda")
 
 
+def test_kbench_generate_loads_the_embedded_engine_in_engine_dtype(tiny_model):
+    # a model trained in fp32 is evaluated in fp32: in bf16 its small updates would round away
+    from kbencheval.bench.common import make_llm_client
+    from kbencheval.config import ConfigError
+
+    engine = make_llm_client("embedded", tiny_model, engine_device="cpu", engine_dtype="bfloat16")
+    assert next(engine.model.parameters()).dtype == torch.bfloat16
+    engine = make_llm_client("embedded", tiny_model, engine_device="cpu", engine_dtype="float32")
+    assert next(engine.model.parameters()).dtype == torch.float32
+    with pytest.raises(ConfigError, match="engine_dtype='fp64': use auto, float32"):
+        make_llm_client("embedded", tiny_model, engine_dtype="fp64")
+    with pytest.raises(ConfigError, match="engine_dtype is for server_type=embedded"):
+        make_llm_client("openai", "m", "http://127.0.0.1:1/v1", engine_dtype="float32")
+
+
 # ---------------- kbench serve + HTTP clients ----------------
 
 @pytest.fixture(scope="module")

@@ -81,3 +81,26 @@ def test_engine_kinds_by_name():
     assert engine_kind("embedded").on_dead == "restart" and engine_kind("sglang").on_dead == "drop"
     with pytest.raises(ConfigError, match="choose one of embedded, sglang"):
         engine_kind("vllm")
+
+
+@pytest.mark.parametrize("train_dtype, engine_dtype, expected", [
+    ("auto", "auto", "auto"), ("bf16", "auto", "auto"), ("fp32", "auto", "float32"), ("fp32", "bfloat16", "bfloat16"),
+])
+def test_embedded_engines_follow_an_fp32_trainer(train_dtype, engine_dtype, expected):
+    # a bf16 engine rounds away updates below one bf16 step, so an fp32 trainer's engines sample in fp32
+    from smart.config import RLConfig, from_dict
+    from smart.rollout.engines.embedded import engine_dtype as resolve
+
+    cfg = from_dict(RLConfig, {"model_path": "m", "train": {"dtype": train_dtype},
+                               "rollout": {"engine_dtype": engine_dtype}}, "rl")
+    assert resolve(cfg) == expected
+
+
+def test_engine_dtype_is_checked():
+    from smart.config import RLConfig, from_dict
+
+    with pytest.raises(ConfigError, match="engine_dtype='fp64'"):
+        from_dict(RLConfig, {"model_path": "m", "rollout": {"engine_dtype": "fp64"}}, "rl")
+    with pytest.raises(ConfigError, match="SGLang server takes --dtype"):
+        from_dict(RLConfig, {"model_path": "m", "rollout": {"engine_dtype": "float32", "engine": "sglang",
+                                                             "sglang_urls": ["http://x:1"]}}, "rl")

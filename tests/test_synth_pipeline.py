@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tests.support import ENV, REPO
 
@@ -23,16 +24,27 @@ def test_run_learning_produces_every_stage(tmp_path):
     manifest = json.loads((run / "synth" / "manifest.json").read_text())
     assert min(manifest["counts"][s] for s in ("train", "test", "heldout")) > 0
     assert manifest["stats"]["verified"] is True and max(p["num_ops"] for p in manifest["problems"]) <= 3
-    for folder in ("base", "sft/hf", "rl/hf", "sft_continued/hf"):
+    for folder in ("base", "sft/hf", "rl/hf", "sft_continued/hf", "rl_lr3e-4/hf"):
         assert (run / folder / "config.json").is_file(), folder
     assert list((run / "rl" / "rollouts").glob("step_*.jsonl"))
 
-    # each checkpoint: the test split sampled (2 problems x 2) and greedy (x 1), the unseen-pair split (2 x 1)
-    for phase in ("sft", "rl", "sft_continued"):
+    # SFT and RL: the test split sampled (2 problems x 2) and greedy (x 1), the unseen-pair split (2 x 1);
+    # the control and the ablation: the test split sampled, which their comparisons use
+    for phase in ("sft", "rl", "sft_continued", "rl_lr3e-4"):
+        full = phase in ("sft", "rl")
         for name, n in ((f"test_{phase}", 4), (f"test_{phase}_greedy", 2), (f"heldout_{phase}", 2)):
-            report = json.loads((run / "evals" / f"{name}.json").read_text())
-            assert report["summary"]["all"]["n_samples"] == n, name
-            assert report["model"].endswith(f"{phase}/hf")
+            path = run / "evals" / f"{name}.json"
+            assert path.is_file() == (full or name == f"test_{phase}"), name
+            if path.is_file():
+                report = json.loads(path.read_text())
+                assert report["summary"]["all"]["n_samples"] == n, name
+                assert report["model"].endswith(f"{phase}/hf")
+    ablation = yaml.safe_load((run / "config" / "rl_lr3e-4.yaml").read_text())
+    assert (ablation["train"]["lr"], ablation["train"]["dtype"]) == (3.0e-4, "fp32")
+    assert ablation["out_dir"] == str(run / "rl_lr3e-4")
+    # the evaluations generate in fp32, the dtype the GRPO model was trained and saved in
+    generated = json.loads((run / "evals" / "test_rl" / "manifest.json").read_text())
+    assert generated["config"]["engine_dtype"] == "float32"
 
     # SFT ran in chunks of 2 steps up to 3, a test-split probe after each (a toy model never reaches the bar),
     # on a test problem the evaluations do not use; the control resumed it for GRPO's 2 optimizer steps
@@ -47,12 +59,13 @@ def test_run_learning_produces_every_stage(tmp_path):
     assert {"sft_loss.png", "rl_reward.png", "tokens_per_s.png", "test.png", "heldout.png"} <= set(summary["plots"])
     for name in summary["plots"]:
         assert (run / "plots" / name).read_bytes()[:4] == b"\x89PNG"
-    assert set(summary["test"]) == {f"{p}{g}" for p in ("after SFT", "after RL", "SFT continued (control)")
-                                    for g in ("", ", greedy")}
+    assert set(summary["test"]) == {"after SFT", "after SFT, greedy", "after RL", "after RL, greedy",
+                                    "SFT continued (control)", "RL, rl_lr3e-4"}
     assert [step for step, _ in summary["sft_probes"]] == [2, 3]
     assert {"synth", "model", "sft_to_2", "sft_to_3", "rl", "eval_test_sft", "eval_test_rl", "sft_continued"} <= set(
         summary["stage_seconds"])
     compare = json.loads((run / "plots" / "compare.json").read_text())
     change = compare["test"]["pass@1: rl - sft"]
     assert change["n"] == 2 and change["lo"] <= change["diff"] <= change["hi"]
+    assert {"pass@2", "pass@1: rl_lr3e-4 - sft", "pass@1: rl_lr3e-4 - rl"} <= set(compare["test"])
     assert set(compare["test"]["pass@1 by operators"]) <= {"2", "3"}

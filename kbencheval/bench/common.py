@@ -37,9 +37,9 @@ def require(value, message: str) -> None:
 
 
 def make_llm_client(server_type: str, model_name: str, base_url: str = "", api_key_env: str = "",
-                    engine_device: str = "auto"):
+                    engine_device: str = "auto", engine_dtype: str = "auto"):
     """The client for a generate/run-one config; api_key_env matters only for hosted OpenAI-style APIs,
-    engine_device only for the embedded engine."""
+    engine_device and engine_dtype only for the embedded engine."""
     from kbencheval.llm import base
 
     kwargs = {"api_key_env": api_key_env} if api_key_env else {}
@@ -47,9 +47,20 @@ def make_llm_client(server_type: str, model_name: str, base_url: str = "", api_k
         raise ConfigError(f"api_key_env is for server_type=openai; drop it for server_type={server_type}")
     if server_type == "embedded":
         kwargs["device"] = embedded_device(engine_device)
-    elif engine_device != "auto":
-        raise ConfigError(f"engine_device is for server_type=embedded; drop it for server_type={server_type}")
+        kwargs["dtype"] = embedded_dtype(engine_dtype)
+    else:
+        for key, value in (("engine_device", engine_device), ("engine_dtype", engine_dtype)):
+            if value != "auto":
+                raise ConfigError(f"{key} is for server_type=embedded; drop it for server_type={server_type}")
     return base.make_client(server_type, model_name, base_url=base_url or None, **kwargs)
+
+
+def embedded_dtype(engine_dtype: str) -> str:
+    from kbencheval.llm.embedded import DTYPE_NAMES
+
+    if engine_dtype != "auto" and engine_dtype not in DTYPE_NAMES:
+        raise ConfigError(f"engine_dtype={engine_dtype!r}: use auto, {', '.join(DTYPE_NAMES)}")
+    return engine_dtype
 
 
 def embedded_device(engine_device: str) -> str:

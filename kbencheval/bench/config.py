@@ -73,6 +73,9 @@ class ClientConfig:
     engine_device: str = "auto"
     """server_type=embedded: where the model runs: auto (the first GPU when torch sees one, else cpu), cpu,
     cuda or cuda:N."""
+    engine_dtype: str = "auto"
+    """server_type=embedded: the weights' dtype: auto (bf16 on a GPU, fp32 on the CPU), float32, bfloat16,
+    float16. Evaluate a model in the dtype it was trained in: updates smaller than a bf16 step vanish in bf16."""
     temperature: float = 0.7
     top_p: float = 0.95
     max_tokens: int = 4096

@@ -80,7 +80,8 @@ EXAMPLE = ("kbench generate run_name=qwen_l1 level=1 num_samples=4 server_type=o
 
 # Changing one of these mid-run would mix two experiments in one folder (adding a level or problems is fine).
 _SAME_RUN_KEYS = ("dataset_src", "dataset_path", "server_type", "model_name", "prompt_style", "backend",
-                  "precision", "gpu_notes", "temperature", "top_p", "max_tokens", "seed", "raicl_index", "raicl_k")
+                  "precision", "gpu_notes", "temperature", "top_p", "max_tokens", "seed", "raicl_index", "raicl_k",
+                  "engine_dtype")
 
 
 def select_problems(cfg: GenerateConfig) -> list[Problem]:
@@ -215,7 +216,8 @@ def generate(cfg: GenerateConfig) -> dict:
     if cfg.server_type == "reference":
         client = ReferenceClient({messages[p.key][-1]["content"]: p for p in problems})
     else:
-        client = make_llm_client(cfg.server_type, cfg.model_name, cfg.base_url, cfg.api_key_env, cfg.engine_device)
+        client = make_llm_client(cfg.server_type, cfg.model_name, cfg.base_url, cfg.api_key_env, cfg.engine_device,
+                                 cfg.engine_dtype)
 
     def one_call(first: int, count: int, batch: list[Problem]) -> list[Generation]:
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_tokens,

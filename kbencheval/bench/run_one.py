@@ -105,7 +105,8 @@ def run_one(cfg: RunOneConfig) -> list[EvalResult]:
     stdout.rule(f"{problem.key}  ({cfg.dataset_src}, level {cfg.level})")
     show_prompt(messages, cfg.verbose)
 
-    client = make_llm_client(cfg.server_type, cfg.model_name, cfg.base_url, cfg.api_key_env, cfg.engine_device)
+    client = make_llm_client(cfg.server_type, cfg.model_name, cfg.base_url, cfg.api_key_env, cfg.engine_device,
+                                 cfg.engine_dtype)
     try:
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_tokens,
                                 n=cfg.num_samples, seed=cfg.seed)

@@ -29,6 +29,7 @@ from kbencheval.llm.fast_decode import SYNC_EVERY, FastDecoder, mix32, row_keys,
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+DTYPE_NAMES = tuple(_DTYPES)
 
 
 def _resolve_dtype(dtype: str, device: str) -> torch.dtype:

@@ -57,9 +57,17 @@ class ObjectStoreWeights:
         pass  # the object ref is freed when the last engine drops it
 
 
+def engine_dtype(cfg) -> str:
+    """rollout.engine_dtype, with auto following an fp32 trainer (a bf16 engine would not see small updates)."""
+    if cfg.rollout.engine_dtype != "auto":
+        return cfg.rollout.engine_dtype
+    return "float32" if getattr(cfg.train, "dtype", "auto") == "fp32" else "auto"
+
+
 def _start(cfg, slots: list) -> list:
     device = "cuda" if cfg.cluster.num_gpus_per_worker else "cpu"
-    return [EmbeddedEngineActor.options(**slot.options()).remote(cfg.model_path, device) for slot in slots]
+    dtype = engine_dtype(cfg)
+    return [EmbeddedEngineActor.options(**slot.options()).remote(cfg.model_path, device, dtype) for slot in slots]
 
 
 KIND = EngineKind(needs_slots=True, preflight=lambda cfg: None, start=_start,
