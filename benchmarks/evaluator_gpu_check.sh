@@ -2,8 +2,8 @@
 # The evaluator's GPU checks in one call, each step bounded so a slow one cannot starve the rest:
 # the sandbox's layers and every attack of tests/test_sandbox.py (static checks off),
 # tests/test_gpu_harness.py (trust attacks, timing modes), and tests/test_gpu_device_kernels.py (kernel
-# names, all 40 bundled solutions, attacks) as their own step. On the H100 (2026-11-25) the three took
-# 150, 105 and 240 s. The bundled suite's timing is benchmarks/eval_harness.py's job.
+# names, all 40 bundled solutions, attacks) as their own step; each limit leaves headroom over the step's
+# usual time. The bundled suite's timing is benchmarks/eval_harness.py's job.
 #   bash benchmarks/evaluator_gpu_check.sh OUT_DIR
 set -u
 out=${1:?usage: bash benchmarks/evaluator_gpu_check.sh OUT_DIR}

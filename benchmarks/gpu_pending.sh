@@ -26,12 +26,12 @@
 #                   keep making calls until it is done; carry runs/learn_gpu_synth.tgz to skip synth;
 #                   LEARNING_OVERRIDES="synth.solution_style=inline sft.num_steps=1200" passes key=values
 #   learning_status how far the detached learning run is; copies its summary when done
-# A machine is held at most 30 minutes and goes back after 30 s idle: chain the calls. Measured on the
-# H100 (2026-11-25): gpu_tests ~500 s, check_latency 103 s, corpus 223 s, megatron ~350 s; extrapolated
-# from runs cut by their limits: suite_trusted ~450 s, suite_events ~200 s; suite_4w 195-245 s, async 219 s, the
-# learning run 1,472 s of stages (of which 481 s generation on the CPU, since fixed). One machine fits
-# gpu_tests + suite_trusted + suite_events + suite_4w; another the learning run (poll with
-# learning_status; run nothing timing-sensitive beside it) and then weights + async.
+# A machine is held at most 30 minutes and goes back after 30 s idle: chain the calls. Step times on one
+# H100, for planning: gpu_tests ~500 s, check_latency ~100 s, corpus ~220 s, megatron ~350 s, suite_trusted
+# ~450 s, suite_events ~200 s, suite_4w ~200-250 s, async ~220 s, the learning run ~25 minutes of stages.
+# One machine fits gpu_tests + suite_trusted + suite_events + suite_4w; another the learning run
+# (poll with learning_status; run nothing timing-sensitive beside it)
+# and then weights + async.
 # On the device first install the wheels it lacks (see ../shared/device/make-wheels.sh) and put
 # them on PYTHONPATH. At the end everything under OUT_DIR/work is packed into OUT_DIR/gpu_pending.tgz (the device tool
 # returns at most 8 files), and a one-line status per step is printed.

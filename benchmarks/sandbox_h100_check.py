@@ -1,4 +1,4 @@
-"""The sandbox on a GPU machine (the H100: root, no bubblewrap): which layers are active, and every
+"""The sandbox on a GPU machine (root, no bubblewrap, as the device machines run): which layers are active, and every
 attack of tests/test_sandbox.py with the static checks off, each followed by the honest control.
 
     python benchmarks/sandbox_h100_check.py --out benchmarks/results/sandbox_h100_check.json

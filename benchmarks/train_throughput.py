@@ -1,6 +1,6 @@
 """Training throughput of the Megatron and torch backends, side by side, on random Qwen3-shaped models.
 
-    python benchmarks/train_throughput.py --quick                 # ~0.6B only, small batch (~2 min on an H100)
+    python benchmarks/train_throughput.py --quick                 # ~0.6B only, small batch (a few minutes)
     python benchmarks/train_throughput.py --out benchmarks/results/train_throughput.json
 
 For each model (Qwen3-0.6B and Qwen3-1.7B shapes, random weights, bf16 compute) and each backend

@@ -64,8 +64,8 @@ def embedded_dtype(engine_dtype: str) -> str:
 
 
 def embedded_device(engine_device: str) -> str:
-    """auto -> cuda when torch sees a GPU, else cpu (on the H100 the CPU path took ~55 s per 128 samples of a
-    25M model, where the same engine on the GPU generates 32 in ~1 s)."""
+    """auto -> cuda when torch sees a GPU, else cpu: the embedded engine's CPU path is orders of magnitude
+    slower than its GPU path, even for a tiny model (docs/llm.md)."""
     if engine_device != "auto":
         if not (engine_device in ("cpu", "cuda") or (engine_device.startswith("cuda:") and engine_device[5:].isdigit())):
             raise ConfigError(f"engine_device={engine_device!r}: use auto, cpu, cuda or cuda:N")

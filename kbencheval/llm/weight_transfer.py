@@ -14,7 +14,7 @@ A payload (one entry of `serialized_named_tensors`) travels one of three ways:
   for [(name, cuda tensor)], i.e. CUDA IPC handles, not bytes. The sender keeps the memory alive until
   the server has answered. What SGLang's MultiprocessingSerializer sends for CUDA tensors.
 - `bytes`: SGLang's scheme by value (base64 of a pickle of [(name, cpu tensor)]); works across hosts,
-  costs base64 + JSON on both ends (~20 s/GB measured on CPU in fp32).
+  costs base64 + JSON on both ends, the slowest path per GB (docs/training.md).
 - `shm`: `kbench serve` only, not SGLang: a JSON manifest (starts with "{", which base64 never does)
   naming a file /dev/shm/kbench-weights-<hex> that the trainer wrote, with each tensor's dtype, shape and
   offset; the server maps the file and copies from it. Same host (host_id) and same user only.

@@ -32,8 +32,8 @@ def tritonforge_reward(result: EvalResult, cfg: RewardConfig) -> float:
     if not result.compiled:
         return 0.0
     # A crash or a hang (wrong forward arity, a Triton compile error at launch) scores below a run with wrong
-    # values: with one credit for both, GRPO drifted to crashing kernels (learning run 4, seed 1: held-out
-    # runtime errors 3 -> 46 of 128, docs/results/learning.md).
+    # values: with one credit for both, GRPO drifted to crashing kernels (learning run 4,
+    # docs/results/learning.md).
     return 0.1 if result.status == Status.INCORRECT else 0.05
 
 

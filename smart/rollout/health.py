@@ -23,8 +23,8 @@ import ray
 from smart.rollout.engines import EngineKind
 
 RESTART_TIMEOUT_S = 600.0  # a new embedded engine loads the model, then the weights
-# An engine's first answer comes after its start (imports, CUDA, the model): a cold GPU engine took
-# longer than a 10 s ping on the H100, and was restarted, again and again, while it was only starting.
+# An engine's first answer comes after its start (imports, CUDA, the model): a cold GPU engine can take
+# longer than a short ping allows, and would be restarted, again and again, while it was only starting.
 START_TIMEOUT_S = 600.0
 
 
