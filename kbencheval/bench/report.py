@@ -77,7 +77,7 @@ def build_report(run: Path) -> dict:
         raise RunError(f"{run / RESULTS} has no results yet; run `kbench eval run_name={run.name}` first")
     n_generations = len(list_generations(run))
     rows = list(records.values())
-    return {
+    report = {
         "run_name": manifest.get("run_name", run.name),
         "model": manifest.get("model", ""),
         "prompt_style": manifest.get("prompt_style", ""),
@@ -90,6 +90,11 @@ def build_report(run: Path) -> dict:
         "problems": per_problem(rows),
         "timing_modes": timing_modes(rows),
     }
+    from kbencheval.bench.kernelbench import RECORDED, compare_recorded  # runs imported from KernelBench only
+
+    if (run / RECORDED).is_file():
+        report["kernelbench"] = compare_recorded(run)
+    return report
 
 
 def timing_modes(records: list[dict]) -> dict[str, dict]:
