@@ -63,7 +63,7 @@ def test_report_a_b_pairs_problems(tmp_path, capsys):
     assert cmp["a"]["all"]["intervals"]["correct_rate"] == wilson(5, 10)
 
     html = (tmp_path / "a_vs_b.html").read_text()
-    assert "B - A (paired)" in html and "+40.0 pts" in html and "x2.00" in html
+    assert "B - A (paired)" in html and "+40.0 [" in html and "x2.00" in html
     table = pq.read_table(tmp_path / "a_vs_b_problems.parquet")
     assert table.num_rows == 10 and "correct_diff" in table.column_names
     assert (tmp_path / "a_vs_b_problems.csv").read_text().splitlines()[0].startswith("problem_key,level")

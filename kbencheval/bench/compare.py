@@ -78,7 +78,7 @@ def _fmt_diff(d: dict | None, pct: bool = True) -> str:
         return "-"
     if "ratio" in d:
         return f"x{d['ratio']:.2f} [{d['lo']:.2f}-{d['hi']:.2f}]"
-    return f"{100 * d['diff']:+.1f} pts [{100 * d['lo']:+.0f}, {100 * d['hi']:+.0f}]"
+    return f"{100 * d['diff']:+.1f} [{100 * d['lo']:+.0f},{100 * d['hi']:+.0f}]"  # percentage points
 
 
 def summary_rows(cmp: dict) -> list[list[str]]:
@@ -101,8 +101,8 @@ def _x(v: float | None) -> str:
 
 
 def problem_rows(cmp: dict) -> list[list[str]]:
-    return [[r["problem_key"], f"{fmt_rate(r['correct_a'])} of {r['n_a']}", f"{fmt_rate(r['correct_b'])} of {r['n_b']}",
-             f"{100 * r['correct_diff']:+.0f} pts", _x(r["speedup_a"]), _x(r["speedup_b"]),
+    return [[r["problem_key"], f"{round(r['correct_a'] * r['n_a'])}/{r['n_a']}",
+             f"{round(r['correct_b'] * r['n_b'])}/{r['n_b']}", f"{100 * r['correct_diff']:+.0f} pts", _x(r["speedup_a"]), _x(r["speedup_b"]),
              "-" if r["speedup_ratio"] is None else f"x{r['speedup_ratio']:.2f}"] for r in cmp["problems"]]
 
 
@@ -112,7 +112,8 @@ PROBLEM_HEADER = ["problem", "correct A", "correct B", "B - A", "speedup A", "sp
 def print_comparison(cmp: dict) -> None:
     a, b = cmp["a"]["run_name"], cmp["b"]["run_name"]
     table = Table(title=f"A = {a} ({cmp['a']['model']})   B = {b} ({cmp['b']['model']})",
-                  caption="[dim]95% intervals: Wilson / bootstrap per run; B - A is paired over common problems[/]")
+                  caption="[dim]95% intervals: Wilson / bootstrap per run; B - A in percentage points (speedup: "
+                          "ratio), paired over common problems[/]")
     for col in ("", "A", "B", "B - A (paired)"):
         table.add_column(col, justify="right")
     for row in summary_rows(cmp):
@@ -172,7 +173,7 @@ td,th{{border:1px solid #ccc;padding:4px 10px;text-align:right}} td:first-child{
 {a['n_results']} results) · B = {html.escape(b['run_name'])} (model {html.escape(b['model'])},
 prompt {html.escape(b['prompt_style'])}, {b['n_results']} results)</p>
 <p>Brackets: 95% intervals (Wilson on rates, bootstrap over problems on fast_p and the geomean speedup).
-B - A is paired over the {cmp['n_common_problems']} problems both runs evaluated (paired bootstrap); the speedup
+B - A, in percentage points, is paired over the {cmp['n_common_problems']} problems both runs evaluated (paired bootstrap); the speedup
 column is the ratio of per-problem geomeans, over problems timed in both.</p>
 <div class="row">{table(["", "A", "B", "B - A (paired)"], summary_rows(cmp))}
 <img src="data:image/png;base64,{png}" alt="correct fraction per problem"></div>{only}

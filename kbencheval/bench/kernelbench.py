@@ -38,7 +38,7 @@ from kbencheval.bench.store import (
     run_dir,
     write_json_atomic,
 )
-from kbencheval.config import ConfigError
+from kbencheval.config import ConfigError, config_help
 from kbencheval.eval.harness import EvalConfig
 
 RECORDED = "kernelbench_recorded.json"
@@ -346,6 +346,7 @@ class ExportConfig:
 # ---------------------------------------------------------------- CLI
 
 USAGE = "kbench kernelbench import KB_RUN_DIR [key=value ...] | kbench kernelbench export RUN [key=value ...]"
+IMPORT_EXAMPLE = "kbench kernelbench import ~/KernelBench/runs/ds_l1 dataset_src=huggingface device=cuda"
 
 
 def _positional(argv: list[str], key: str) -> list[str]:
@@ -355,9 +356,10 @@ def _positional(argv: list[str], key: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(f"usage: {USAGE}\n\n  import  re-judge a KernelBench run folder with this evaluator "
-              "(their numbers beside ours in `kbench report`)\n  export  write a run's results as KernelBench's "
-              "eval_results.json\n\n`kbench kernelbench import --help` lists every key.")
+        print("kbench kernelbench import: re-judge a KernelBench run folder with this evaluator (their numbers "
+              "beside ours in `kbench report`)\nkbench kernelbench export: write a run's results as KernelBench's "
+              "eval_results.json (keys: run_name, runs_dir, out, level)\n")
+        print(config_help(ImportConfig, USAGE, IMPORT_EXAMPLE, EVAL_ALIASES))
         return 0
     action, rest = argv[0], argv[1:]
     if action == "import":
@@ -371,9 +373,7 @@ def main(argv: list[str] | None = None) -> int:
 def _import(argv: list[str]) -> int:
     from kbencheval.bench.evaluate import EvalRunConfig, evaluate_run
 
-    cfg = load_cli_config(ImportConfig, _positional(argv, "kb_run"), USAGE,
-                          "kbench kernelbench import ~/KernelBench/runs/ds_l1 dataset_src=huggingface device=cuda",
-                          EVAL_ALIASES)
+    cfg = load_cli_config(ImportConfig, _positional(argv, "kb_run"), USAGE, IMPORT_EXAMPLE, EVAL_ALIASES)
     if cfg is None:
         return 0
     require(cfg.kb_run, "name the KernelBench run folder: `kbench kernelbench import runs/NAME`")
