@@ -3,7 +3,8 @@
     kbench check --ref PROBLEM.py --kernel CANDIDATE.py [--device cpu|cuda|cuda:N] [--json]
     kbench serve-eval [--device cuda:0] [--socket PATH] [key=value ...]
     kbench run-one dataset_src=bundled level=1 problem_id=1 server_type=openai ...
-    kbench generate / eval / report RUN
+    kbench generate / eval / report RUN          kbench report RUN_A RUN_B   (paired comparison)
+    kbench kernelbench import KB_RUN_DIR | export RUN
     kbench serve --model PATH
     kbench corpus verify|filter key=value ...      kbench rag build key=value ...
     kbench synth --out DIR --n N [--verify]
@@ -24,7 +25,9 @@ SUBCOMMANDS = {
     "run-one": ("kbencheval.bench.run_one", "generate one kernel with an LLM and evaluate it"),
     "generate": ("kbencheval.bench.generate", "generate N samples per problem into runs/<name>/"),
     "eval": ("kbencheval.bench.evaluate", "evaluate a run's generations (resumable, all GPUs)"),
-    "report": ("kbencheval.bench.report", "fast_p, pass@k and speedup tables (+ HTML) for a run"),
+    "report": ("kbencheval.bench.report", "fast_p, pass@k and speedup tables with intervals (+ HTML, CSV); "
+               "RUN_A RUN_B compares two"),
+    "kernelbench": ("kbencheval.bench.kernelbench", "re-judge a KernelBench run folder; export eval_results.json"),
     "serve": ("kbencheval.llm.serve", "serve a local HF model over OpenAI and SGLang routes"),
     "corpus": ("kbencheval.corpus.cli", "verify and filter SFT corpora (KernelBook, Sakana) into a dataset"),
     "rag": ("kbencheval.rag.cli", "build a retrieval index of a corpus for RA-ICL prompts"),

@@ -38,13 +38,13 @@ def require(value, message: str) -> None:
 
 def make_llm_client(server_type: str, model_name: str, base_url: str = "", api_key_env: str = "",
                     engine_device: str = "auto", engine_dtype: str = "auto"):
-    """The client for a generate/run-one config; api_key_env matters only for hosted OpenAI-style APIs,
-    engine_device and engine_dtype only for the embedded engine."""
+    """The client for a generate/run-one config; api_key_env matters only for hosted OpenAI-style APIs
+    (openai and KernelBench's presets), engine_device and engine_dtype only for the embedded engine."""
     from kbencheval.llm import base
 
     kwargs = {"api_key_env": api_key_env} if api_key_env else {}
-    if api_key_env and server_type != "openai":
-        raise ConfigError(f"api_key_env is for server_type=openai; drop it for server_type={server_type}")
+    if api_key_env and server_type not in ("openai",) + base.PRESET_SERVER_TYPES:
+        raise ConfigError(f"api_key_env is for OpenAI-compatible servers; drop it for server_type={server_type}")
     if server_type == "embedded":
         kwargs["device"] = embedded_device(engine_device)
         kwargs["dtype"] = embedded_dtype(engine_dtype)

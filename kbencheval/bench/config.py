@@ -64,12 +64,13 @@ class EvaluatorPoolConfig:
 @dataclasses.dataclass(kw_only=True)
 class ClientConfig:
     server_type: str = "openai"
-    """openai | sglang | embedded"""
+    """openai | sglang | embedded, or a KernelBench preset: together | deepseek | fireworks | anthropic |
+    google | local (OpenAI-compatible, key from $TOGETHER_API_KEY, $DEEPSEEK_API_KEY, ...)"""
     model_name: str = ""
     """The served model id (or a local HF folder / hub id for server_type=embedded)."""
     base_url: str = ""
     api_key_env: str = ""
-    """Environment variable holding the API key (server_type=openai); default OPENAI_API_KEY."""
+    """Environment variable holding the API key (openai and the presets); default OPENAI_API_KEY or the preset's."""
     engine_device: str = "auto"
     """server_type=embedded: where the model runs: auto (the first GPU when torch sees one, else cpu), cpu,
     cuda or cuda:N."""

@@ -40,7 +40,8 @@ class GenerateConfig(ClientConfig, DatasetConfig):
     """[first, last] problem ids, inclusive, e.g. problem_range=[1,20]."""
     num_samples: int = 1
     server_type: str = "openai"
-    """openai | sglang | embedded | reference (the bundled reference solutions, as a baseline run)"""
+    """openai | sglang | embedded | reference (the bundled reference solutions, as a baseline run), or a
+    KernelBench preset: together | deepseek | fireworks | anthropic | google | local"""
     prompt_style: str = "one_shot"
     """zero_shot | one_shot | few_shot | raicl (examples retrieved from raicl_index; alias prompt_option)"""
     raicl_index: str = ""

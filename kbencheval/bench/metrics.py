@@ -9,6 +9,10 @@ Definitions (docs/benchmark.md has the same text):
 - pass@k = mean over problems with n >= k samples of 1 - C(n-c, k) / C(n, k) (Chen et al. 2021,
   "Evaluating Large Language Models Trained on Code", the unbiased estimator), c = correct samples.
 - geomean speedup = exp(mean(log speedup)) over correct samples with a meaningful timing.
+- intervals (95%): Wilson score intervals on the rates (samples as independent trials, so optimistic
+  when a problem has many samples); percentile bootstrap over problems (samples of a drawn problem move
+  together) on fast_p and the geomean speedup. Two runs are compared with paired_bootstrap over the
+  problems both evaluated.
 """
 
 from __future__ import annotations
@@ -69,6 +73,58 @@ def geomean_speedup(records: Iterable[dict]) -> float | None:
     return math.exp(sum(math.log(s) for s in speedups) / len(speedups))
 
 
+def wilson(successes: int, n: int, z: float = 1.96) -> list[float] | None:
+    """95% Wilson score interval [lo, hi] of a rate (Wilson 1927); None for n = 0. Unlike the normal
+    approximation it stays inside [0, 1] and is not zero-width at 0 or n successes."""
+    if n <= 0:
+        return None
+    p, z2 = successes / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def problem_bootstrap(records: list[dict], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+                      level: float = 0.95) -> dict:
+    """Percentile bootstrap intervals over problems for fast_p (each threshold) and the geomean speedup:
+    {"fast_p": {"1": [lo, hi] | None, ...}, "geomean_speedup": [lo, hi] | None}. An interval is None
+    where the point value is (untimed correct samples, or nothing timed)."""
+    import numpy as np
+
+    by_problem: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        by_problem[r["problem_key"]].append(r)
+    groups = list(by_problem.values())
+    out: dict = {"fast_p": {f"{p:g}": None for p in FAST_P_THRESHOLDS}, "geomean_speedup": None}
+    if not groups:
+        return out
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(groups), size=(resamples, len(groups)))  # one row per resample of problems
+    n = np.array([len(g) for g in groups], dtype=float)[draws].sum(axis=1)
+    tail = (1 - level) / 2
+
+    def interval(values) -> list[float]:
+        lo, hi = np.quantile(values, [tail, 1 - tail])
+        return [float(lo), float(hi)]
+
+    for p in FAST_P_THRESHOLDS:
+        if fast_p(records, p) is None:
+            continue
+        hits = np.array([sum(1 for r in g if r.get("correct") and (p == 0 or (timed_speedup(r) or 0) > p))
+                         for g in groups], dtype=float)
+        out["fast_p"][f"{p:g}"] = interval(hits[draws].sum(axis=1) / n)
+    logs = [[math.log(s) for s in map(timed_speedup, g) if s is not None] for g in groups]
+    if any(logs):
+        total = np.array([sum(x) for x in logs])[draws].sum(axis=1)
+        count = np.array([len(x) for x in logs], dtype=float)[draws].sum(axis=1)
+        drawn = count > 0  # a resample that drew no timed problem has no geomean
+        out["geomean_speedup"] = interval(np.exp(total[drawn] / count[drawn]))
+    return out
+
+
 def summarize_group(records: list[dict]) -> dict:
     n = len(records)
     statuses = Counter(r.get("status", "") for r in records)
@@ -90,6 +146,13 @@ def summarize_group(records: list[dict]) -> dict:
         "fast_p": {f"{p:g}": fast_p(records, p) for p in FAST_P_THRESHOLDS},
         "pass_at_k": {str(k): mean_pass_at_k(records, k) for k in PASS_AT_K},
         "geomean_speedup": geomean_speedup(records),
+        "intervals": {
+            "compiled_rate": wilson(sum(1 for r in records if r.get("compiled")), n),
+            "correct_rate": wilson(correct, n),
+            "rejected_rate": wilson(statuses.get("rejected", 0), n),
+            "status": {s: wilson(statuses.get(s, 0), n) for s in STATUSES},
+            **problem_bootstrap(records),
+        },
     }
 
 

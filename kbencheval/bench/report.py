@@ -32,14 +32,17 @@ UNTIMED = "untimed"
 @dataclasses.dataclass(kw_only=True)
 class ReportConfig:
     run_name: str = ""
+    run_b: str = ""
+    """A second run: compare the two side by side, with paired differences per problem (`kbench report A B`)."""
     runs_dir: str = "runs"
     json: bool = False
     """Print the summary as JSON on stdout instead of tables."""
     html: str = ""
-    """Where to write the HTML page; empty = runs/<name>/report.html."""
+    """Where to write the HTML page; empty = runs/<name>/report.html (runs/<A>_vs_<B>.html for two runs).
+    CSV and parquet tables are written beside it."""
 
 
-USAGE = "kbench report RUN [--json] [--html PATH] [key=value ...]   (also scripts/benchmark_eval_analysis.py)"
+USAGE = ("kbench report RUN [RUN_B] [--json] [--html PATH] [key=value ...]   (also scripts/benchmark_eval_analysis.py)")
 EXAMPLE = "kbench report qwen_l1 --json"
 
 
@@ -61,7 +64,10 @@ def parse_args(argv: list[str]) -> ReportConfig | None:
         elif arg.startswith("--html="):
             overrides.append(f"html={arg.split('=', 1)[1]}")
         elif "=" not in arg and not arg.startswith("-"):
-            overrides.append(f"run_name={arg}")
+            named = sum(o.startswith(("run_name=", "run_b=")) for o in overrides)
+            if named >= 2:
+                raise ConfigError(f"too many runs ({arg!r}): `kbench report RUN` or `kbench report RUN_A RUN_B`")
+            overrides.append(f"{'run_b' if named else 'run_name'}={arg}")
         else:
             overrides.append(arg)
         i += 1
@@ -77,7 +83,7 @@ def build_report(run: Path) -> dict:
         raise RunError(f"{run / RESULTS} has no results yet; run `kbench eval run_name={run.name}` first")
     n_generations = len(list_generations(run))
     rows = list(records.values())
-    return {
+    report = {
         "run_name": manifest.get("run_name", run.name),
         "model": manifest.get("model", ""),
         "prompt_style": manifest.get("prompt_style", ""),
@@ -90,6 +96,11 @@ def build_report(run: Path) -> dict:
         "problems": per_problem(rows),
         "timing_modes": timing_modes(rows),
     }
+    from kbencheval.bench.kernelbench import RECORDED, compare_recorded  # runs imported from KernelBench only
+
+    if (run / RECORDED).is_file():
+        report["kernelbench"] = compare_recorded(run)
+    return report
 
 
 def timing_modes(records: list[dict]) -> dict[str, dict]:
@@ -140,17 +151,30 @@ def fmt_rate(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def fmt_ci(ci: list[float] | None, pct: bool = True) -> str:
+    if not ci:
+        return ""
+    return f" [{100 * ci[0]:.0f}-{100 * ci[1]:.0f}]" if pct else f" [{ci[0]:.2f}-{ci[1]:.2f}]"
+
+
+def fmt_rate_ci(group: dict, name: str) -> str:
+    """A rate with its 95% interval, e.g. '41.2% [35-47]'."""
+    value = group[name]
+    return "-" if value is None else fmt_rate(value) + fmt_ci((group.get("intervals") or {}).get(name))
+
+
 def fmt_fast(group: dict, p: str) -> str:
     value = group["fast_p"][p]
     if value is None:
         return "-" if group["n_samples"] == 0 else UNTIMED
-    return fmt_rate(value)
+    return fmt_rate(value) + fmt_ci((group.get("intervals") or {}).get("fast_p", {}).get(p))
 
 
 def fmt_speedup(x: float | None, group: dict | None = None) -> str:
     if x is None:
         return UNTIMED if group and group["n_correct_untimed"] else "-"
-    return f"{x:.2f}x"
+    ci = ((group or {}).get("intervals") or {}).get("geomean_speedup")
+    return f"{x:.2f}x" + fmt_ci(ci, pct=False)
 
 
 def groups_of(report: dict) -> list[tuple[str, dict]]:
@@ -169,12 +193,13 @@ def problem_rows(report: dict) -> list[list[str]]:
 def print_tables(report: dict) -> None:
     title = f"{report['run_name']}  model={report['model']}  prompt={report['prompt_style']}  " \
             f"devices={','.join(report['devices'])}"
-    outcome = Table(title=title)
+    outcome = Table(title=title, caption="[dim]95% intervals in brackets: Wilson on rates, bootstrap over "
+                                          "problems on fast_p and the geomean speedup[/]")
     for col in ("", "problems", "samples", "compiled", "correct", "rejected", "geomean speedup"):
         outcome.add_column(col, justify="right")
     for name, g in groups_of(report):
-        outcome.add_row(name, str(g["n_problems"]), str(g["n_samples"]), fmt_rate(g["compiled_rate"]),
-                        fmt_rate(g["correct_rate"]), fmt_rate(g["rejected_rate"]),
+        outcome.add_row(name, str(g["n_problems"]), str(g["n_samples"]), fmt_rate_ci(g, "compiled_rate"),
+                        fmt_rate_ci(g, "correct_rate"), fmt_rate_ci(g, "rejected_rate"),
                         fmt_speedup(g["geomean_speedup"], g))
     stdout.print(outcome)
 
@@ -198,6 +223,10 @@ def print_tables(report: dict) -> None:
     for row in problem_rows(report):
         problems.add_row(*row)
     stdout.print(problems)
+    if report.get("kernelbench"):
+        from kbencheval.bench.kernelbench import print_comparison
+
+        print_comparison(report["kernelbench"])
 
     if report["n_results"] < report["n_generations"]:
         stdout.print(f"[yellow]{report['n_results']} of {report['n_generations']} generations evaluated; "
@@ -312,13 +341,20 @@ def write_html(report: dict, plots: dict[str, bytes], path: Path) -> None:
     groups = groups_of(report)
     outcome = _html_table(
         ["", "problems", "samples", "compiled", "correct", "rejected", "geomean speedup"],
-        [[n, str(g["n_problems"]), str(g["n_samples"]), fmt_rate(g["compiled_rate"]), fmt_rate(g["correct_rate"]),
-          fmt_rate(g["rejected_rate"]), fmt_speedup(g["geomean_speedup"], g)] for n, g in groups])
+        [[n, str(g["n_problems"]), str(g["n_samples"]), fmt_rate_ci(g, "compiled_rate"),
+          fmt_rate_ci(g, "correct_rate"), fmt_rate_ci(g, "rejected_rate"), fmt_speedup(g["geomean_speedup"], g)]
+         for n, g in groups])
     fast = _html_table(
         [""] + [f"fast_{p:g}" for p in FAST_P_THRESHOLDS] + [f"pass@{k}" for k in PASS_AT_K],
         [[n] + [fmt_fast(g, f"{p:g}") for p in FAST_P_THRESHOLDS] + [fmt_rate(g["pass_at_k"][str(k)])
                                                                        for k in PASS_AT_K] for n, g in groups])
     problems = _html_table(PROBLEM_COLUMNS, problem_rows(report))
+    if report.get("kernelbench"):
+        from kbencheval.bench.kernelbench import comparison_tables
+
+        head, rows, shead, srows = comparison_tables(report["kernelbench"])
+        problems += (f"<h2>KernelBench recorded vs ours</h2><p>{html.escape(report['kernelbench']['source'])}</p>"
+                     + _html_table(head, rows) + _html_table(shead, srows))
     images = "".join(
         f'<figure><img src="data:image/png;base64,{base64.b64encode(png).decode()}" alt="{name}">'
         f"<figcaption>{name.replace('_', ' ')}</figcaption></figure>" for name, png in plots.items())
@@ -340,11 +376,48 @@ td,th{{border:1px solid #ccc;padding:4px 10px;text-align:right}} figure{{display
     path.write_text(page)
 
 
+# ---------------------------------------------------------------- tables for pandas, spreadsheets, notebooks
+
+SAMPLE_COLUMNS = ("problem_key", "level", "problem_id", "sample", "status", "compiled", "correct", "speedup",
+                  "timing_meaningful", "runtime_us", "ref_runtime_us", "device", "error")
+
+
+def write_tables(stem: Path, tables: dict[str, list[dict]]) -> list[Path]:
+    """<stem>_<name>.csv and .parquet for each table (one row per dict); returns the paths written."""
+    import csv
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    written = []
+    for name, rows in tables.items():
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+        csv_path, pq_path = stem.with_name(f"{stem.name}_{name}.csv"), stem.with_name(f"{stem.name}_{name}.parquet")
+        with open(csv_path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+        pq.write_table(pa.Table.from_pylist(rows), pq_path)
+        written += [csv_path, pq_path]
+    return written
+
+
+def sample_rows(records: list[dict]) -> list[dict]:
+    rows = [{c: r.get(c) for c in SAMPLE_COLUMNS} for r in records]
+    for row in rows:
+        row["error"] = (row["error"] or "")[:300]
+    return sorted(rows, key=lambda r: (r["level"] or 0, r["problem_id"] or 0, r["sample"]))
+
+
 def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         cfg = parse_args(list(argv or []))
         if cfg is None:
             return 0
+        if cfg.run_b:
+            from kbencheval.bench.compare import compare_main
+
+            return compare_main(cfg)
         run = run_dir(cfg.runs_dir, cfg.run_name)
         report = build_report(run)
         records = list(read_results(run / RESULTS)[0].values())
@@ -356,11 +429,13 @@ def main(argv: list[str] | None = None) -> int:
             (plot_dir / f"{name}.png").write_bytes(png)
         write_html(report, plots, html_path)
         report["html"] = str(html_path)
+        report["tables"] = [str(p) for p in write_tables(html_path.with_suffix(""), {
+            "problems": report["problems"], "samples": sample_rows(records)})]
         if cfg.json:
             print(json.dumps(report, indent=1))
         else:
             print_tables(report)
-            console.print(f"HTML report: {html_path} (plots in {plot_dir})")
+            console.print(f"HTML report: {html_path} (plots in {plot_dir}; tables beside it as CSV and parquet)")
         return 0
 
     return cli_main("report", body)

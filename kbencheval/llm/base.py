@@ -16,6 +16,8 @@ from typing import Protocol, runtime_checkable
 from kbencheval.config import ConfigError
 
 SERVER_TYPES = ("openai", "sglang", "embedded")
+# KernelBench's hosted and local presets, all OpenAI-compatible (kbencheval/llm/presets.py)
+PRESET_SERVER_TYPES = ("together", "deepseek", "fireworks", "anthropic", "google", "local")
 
 
 class LLMError(RuntimeError):
@@ -104,7 +106,8 @@ class LLMClient(Protocol):
 
 def make_client(server_type: str, model_name: str, base_url: str | None = None, **kw) -> LLMClient:
     """Build a client. `model_name` is the served model id ("openai"), the tokenizer path ("sglang")
-    or the HF folder / hub id ("embedded"). Extra keywords go to the client's constructor."""
+    or the HF folder / hub id ("embedded"); a KernelBench preset name (together, deepseek, ...) is an
+    OpenAI-compatible endpoint with its API-key variable. Extra keywords go to the client's constructor."""
     if server_type == "openai":
         from kbencheval.llm.http import OpenAIClient
 
@@ -119,4 +122,9 @@ def make_client(server_type: str, model_name: str, base_url: str | None = None, 
         from kbencheval.llm.embedded import EmbeddedEngine
 
         return EmbeddedEngine(model_name, **kw)
-    raise ValueError(f"unknown server_type '{server_type}'; choose one of {', '.join(SERVER_TYPES)}")
+    if server_type in PRESET_SERVER_TYPES:
+        from kbencheval.llm.presets import preset_client
+
+        return preset_client(server_type, model_name, base_url, **kw)
+    raise ValueError(f"unknown server_type '{server_type}'; choose one of "
+                     f"{', '.join(SERVER_TYPES + PRESET_SERVER_TYPES)}")
