@@ -103,7 +103,7 @@ for step in "$@"; do
       cp "$learn/log" "$work/learning.log" 2>/dev/null
       cp "$learn"/run/summary.json "$learn"/run/stage_seconds.txt "$learn"/run/sft/probes.txt "$learn"/run/evals/*.json \
          "$work/" 2>/dev/null
-      (cd "$learn/run" && tar czf "$work/learning_tb.tgz" $(ls -d sft/tb rl/tb rl_shuffled/tb sft_continued/tb 2>/dev/null)) \
+      (cd "$learn/run" && tar czf "$work/learning_tb.tgz" $(ls -d sft/tb rl*/tb sft_continued/tb 2>/dev/null)) \
           2>/dev/null
       [ -d "$learn/run/plots" ] && tar czf "$work/learning_plots.tgz" -C "$learn/run" plots
       echo "== learning_status: $(tail -n 1 "$learn/log" 2>/dev/null || echo 'no run started')" ;;

@@ -73,19 +73,25 @@ evaluate() {  # evaluate NAME MODEL SPLIT OFFSET COUNT SAMPLES TEMPERATURE [kben
 
 SPLIT=${LEARN_EVAL_SPLIT:-heldout}
 evaluate_checkpoint() {  # evaluate_checkpoint TAG MODEL [primary]: the before/after evaluations, identical for every
-  # checkpoint; controls and ablations take only the primary one (eval.split, sampled), which their comparisons use
-  local tag=$1 model=$2 scope=${3:-all}
-  [[ -f "$RUN/evals/${SPLIT}_$tag.json" ]] || evaluate "${SPLIT}_$tag" "$model" "$SPLIT" 0 "$LEARN_EVAL_NUM_PROBLEMS" \
-    "$LEARN_EVAL_NUM_SAMPLES" "$LEARN_EVAL_TEMPERATURE"
-  [[ "$scope" == primary ]] && return
-  if [[ "${LEARN_EVAL_GREEDY:-false}" == true && ! -f "$RUN/evals/${SPLIT}_${tag}_greedy.json" ]]; then
-    evaluate "${SPLIT}_${tag}_greedy" "$model" "$SPLIT" 0 "$LEARN_EVAL_NUM_PROBLEMS" 1 0
+  # checkpoint; controls and ablations take only the primary one (eval.split, sampled), which their comparisons use.
+  # A checkpoint's evaluations run side by side: each is mostly start-up and waiting, on the GPU and on the CPU cores.
+  local tag=$1 model=$2 scope=${3:-all} jobs=() job
+  if [[ ! -f "$RUN/evals/${SPLIT}_$tag.json" ]]; then
+    evaluate "${SPLIT}_$tag" "$model" "$SPLIT" 0 "$LEARN_EVAL_NUM_PROBLEMS" "$LEARN_EVAL_NUM_SAMPLES" \
+      "$LEARN_EVAL_TEMPERATURE" & jobs+=($!)
+  fi
+  if [[ "$scope" != primary && "${LEARN_EVAL_GREEDY:-false}" == true && ! -f "$RUN/evals/${SPLIT}_${tag}_greedy.json" ]]; then
+    evaluate "${SPLIT}_${tag}_greedy" "$model" "$SPLIT" 0 "$LEARN_EVAL_NUM_PROBLEMS" 1 0 & jobs+=($!)
   fi
   # the unseen-operator-pair split beside an in-distribution primary
-  if [[ "$SPLIT" != heldout && "${LEARN_EVAL_HELDOUT_PROBLEMS:-0}" -gt 0 && ! -f "$RUN/evals/heldout_$tag.json" ]]; then
+  if [[ "$scope" != primary && "$SPLIT" != heldout && "${LEARN_EVAL_HELDOUT_PROBLEMS:-0}" -gt 0 && \
+        ! -f "$RUN/evals/heldout_$tag.json" ]]; then
     evaluate "heldout_$tag" "$model" heldout 0 "$LEARN_EVAL_HELDOUT_PROBLEMS" "${LEARN_EVAL_HELDOUT_SAMPLES:-4}" \
-      "$LEARN_EVAL_TEMPERATURE"
+      "$LEARN_EVAL_TEMPERATURE" & jobs+=($!)
   fi
+  for job in "${jobs[@]}"; do
+    wait "$job" || { echo "run_learning.sh: an evaluation of $tag failed (its error is above); rerun to resume" >&2; exit 1; }
+  done
 }
 
 pass_at_k() {  # pass_at_k REPORT.json K: the unbiased pass@K over the report's problems
