@@ -53,6 +53,18 @@ class ClusterConfig:
 
 
 @dataclasses.dataclass(kw_only=True)
+class TrackingConfig:
+    """Where step metrics go besides OUT/tb (TensorBoard, always) and the console."""
+
+    wandb: bool = False
+    """Also log to Weights & Biases, under the TensorBoard names (needs the `wandb` extra); the run's
+    files go to OUT/wandb/, and a resumed run continues the same W&B run."""
+    wandb_project: str = "tritonforge"
+    wandb_mode: Literal["", "online", "offline"] = ""
+    """"" leaves it to WANDB_MODE / `wandb login`; offline writes the run locally (`wandb sync` uploads it)."""
+
+
+@dataclasses.dataclass(kw_only=True)
 class DataConfig:
     """Problems for RL (and, for SFT, where the conversations come from)."""
 
@@ -255,6 +267,7 @@ class RLConfig:
     backend: str = "torch"
     """Training backend (smart.backends.BACKENDS); it decides what the `train:` section holds."""
     cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
+    tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
     reward: RewardConfig = dataclasses.field(default_factory=RewardConfig)
@@ -307,6 +320,7 @@ class SFTConfig:
     backend: str = "torch"
     """Training backend (smart.backends.BACKENDS); it decides what the `train:` section holds."""
     cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
+    tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
     data: DataConfig = dataclasses.field(default_factory=lambda: DataConfig(heldout_fraction=0.0))
     train: Any = section_chosen_by("backend", backend_config_class, "torch")
     """The backend's own knobs: smart.backends.torch.config.TrainConfig."""

@@ -10,6 +10,7 @@ goes to OUT/hf, which `smart rl model_path=OUT/hf` starts from.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sys
 from pathlib import Path
@@ -42,7 +43,7 @@ def train_sft(cfg: SFTConfig) -> dict:
     placement = make_placement(cfg.cluster, need_rollout=False)
     actor = TrainGroup.for_run(cfg, placement.actor)
     progress("sft", f"trainer loaded {cfg.model_path}" + (f"; resuming at step {start}" if start else ""))
-    tracker = Tracker(out, cfg.num_steps, "sft")
+    tracker = Tracker(out, cfg.num_steps, "sft", tracking=cfg.tracking, config=dataclasses.asdict(cfg))
     metrics: dict = {}
     try:
         if ckpt:
