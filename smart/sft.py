@@ -43,7 +43,8 @@ def train_sft(cfg: SFTConfig) -> dict:
     placement = make_placement(cfg.cluster, need_rollout=False)
     actor = TrainGroup.for_run(cfg, placement.actor)
     progress("sft", f"trainer loaded {cfg.model_path}" + (f"; resuming at step {start}" if start else ""))
-    tracker = Tracker(out, cfg.num_steps, "sft", tracking=cfg.tracking, config=dataclasses.asdict(cfg))
+    tracker = Tracker(out, cfg.num_steps, "sft", tracking=cfg.tracking, config=dataclasses.asdict(cfg),
+                      start_step=start)
     metrics: dict = {}
     try:
         if ckpt:

@@ -109,15 +109,21 @@ class Tracker:
              "filter/dropped_groups", "time/step")
 
     def __init__(self, out_dir: Path, total_steps: int, title: str, every_step: bool = False,
-                 tracking: TrackingConfig | None = None, config: dict | None = None):
+                 tracking: TrackingConfig | None = None, config: dict | None = None, start_step: int = 0):
         from rich.console import Console
         from torch.utils.tensorboard import SummaryWriter
+
+        from kbencheval.progress import progress_bar
 
         self.writer = SummaryWriter(str(out_dir / "tb"))
         self.wandb_run = start_wandb(out_dir, title, tracking, config) if tracking and tracking.wandb else None
         self.console = Console(highlight=False, soft_wrap=True)  # one line per step, also in a log file
         self.total, self.title = total_steps, title
         self.every = 1 if every_step else max(1, total_steps // 20)  # else about 20 console lines per run
+        # steps/min and the ETA under the step lines, on a terminal only
+        self._bar = contextlib.ExitStack()
+        self._advance = self._bar.enter_context(progress_bar(total_steps, f"{title} steps", " steps",
+                                                             completed=start_step, console=self.console))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         scalars = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
@@ -126,6 +132,7 @@ class Tracker:
         self.writer.flush()
         if self.wandb_run is not None:
             self.wandb_run.log(scalars, step=step)
+        self._advance(1)
         if (step + 1) % self.every and step + 1 != self.total:  # TensorBoard gets every step
             return
         label = {"reward/mean": "reward", "time/step": "sec"}
@@ -133,6 +140,7 @@ class Tracker:
         self.console.print(f"[bold cyan]{self.title}[/] step [bold]{step + 1}/{self.total}[/]  {shown}")
 
     def close(self) -> None:
+        self._bar.close()
         self.writer.close()
         if self.wandb_run is not None:
             self.wandb_run.finish()
