@@ -80,10 +80,17 @@ class DataConfig:
     sft_jsonl: str = ""
     """SFT only: JSONL of {"messages": [...]} conversations, or a `kbench corpus filter` folder (its
     train.jsonl); "" uses the problems' reference solutions."""
+    sft_dataset: str = ""
+    """SFT only, instead of sft_jsonl: a Hugging Face dataset with a `messages` column: a hub id
+    (owner/name), a `save_to_disk` folder, or a parquet file or folder of them (needs the `train` extra)."""
+    sft_split: str = "train"
+    """The split of sft_dataset to train on (a hub dataset or a saved DatasetDict)."""
 
     def validate(self) -> None:
         if not 0 <= self.heldout_fraction < 1:
             raise ConfigError(f"data.heldout_fraction must be in [0, 1), got {self.heldout_fraction}")
+        if self.sft_jsonl and self.sft_dataset:
+            raise ConfigError("set one of data.sft_jsonl and data.sft_dataset, not both")
 
 
 @dataclasses.dataclass(kw_only=True)

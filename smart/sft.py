@@ -2,8 +2,9 @@
 
     smart sft configs/sft_tiny_cpu.yaml [key=value ...]
     smart sft configs/sft_tiny_cpu.yaml data.sft_jsonl=chats.jsonl num_steps=100
+    smart sft configs/sft_tiny_cpu.yaml data.sft_dataset=owner/name data.sft_split=train   # or a parquet/save_to_disk path
 
-Data: a JSONL file of {"messages": [...]} conversations, or (default) every training problem's
+Data: a JSONL file of {"messages": [...]} conversations, a dataset's `messages` column, or (default) every training problem's
 prompt from kbencheval.prompts with its bundled reference solution as the answer. The final model
 goes to OUT/hf, which `smart rl model_path=OUT/hf` starts from.
 """
