@@ -46,8 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         print(f"kbench: unknown command '{name}'; choose one of {', '.join(SUBCOMMANDS)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(SUBCOMMANDS[name][0])
-    return int(module.main(rest) or 0)
+    try:
+        return int(importlib.import_module(SUBCOMMANDS[name][0]).main(rest) or 0)
+    except ModuleNotFoundError as e:  # an extra the core install leaves out: one line naming it
+        from kbencheval.extras import missing_extra
+
+        if (hint := missing_extra(e)) is None:
+            raise
+        print(f"kbench {name}: {hint}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

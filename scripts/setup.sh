@@ -20,10 +20,12 @@ $pip install -q --upgrade pip
 if [ -z "${TF_SYSTEM_TORCH:-}" ]; then
   $pip install -q "torch==$(sed -n 's/^torch==//p' constraints.txt)"
 fi
-# data: faiss-cpu + sentence-transformers for RA-ICL (their torch requirement is met by the torch above);
-# megatron: megatron-core + mbridge (no Transformer Engine), so the CPU conversion tests run in CI;
-# sglang: sglang-router, so the router tests run against the real router in front of `kbench serve`.
-$pip install -q -c constraints.txt -e ".[dev,data,megatron,sglang]"
+# Every extra (pyproject.toml's `all`), so CI runs every test: llm + train (smart: Ray, TensorBoard,
+# transformers), wandb, data (faiss-cpu + sentence-transformers for RA-ICL; their torch requirement is
+# met by the torch above), megatron (megatron-core + mbridge, no Transformer Engine: the CPU conversion
+# tests), sglang (sglang-router, so the router tests run against the real router in front of `kbench serve`).
+# The evaluator alone is `pip install tritonforge` (tests/test_installs.py checks that in a fresh venv).
+$pip install -q -c constraints.txt -e ".[dev,all]"
 # The candidate sandbox is built from kernel features (kbencheval/eval/sandbox, no package needed);
 # bubblewrap, where installed, adds an outer read-only-filesystem, no-network layer around it.
 if ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

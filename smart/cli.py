@@ -42,6 +42,13 @@ def main(argv: list[str] | None = None) -> int:
             return check(name, [a for a in rest if a != "--check"])
         module = importlib.import_module(SUBCOMMANDS[name][0])
         return int(module.main(rest) or 0)
+    except ModuleNotFoundError as e:  # an extra the core install leaves out: one line naming it
+        from kbencheval.extras import missing_extra
+
+        if (hint := missing_extra(e)) is None:
+            raise
+        print(f"smart {name}: {hint}", file=sys.stderr)
+        return 2
     except ValueError as e:  # config and data errors already name the fix: one line, no traceback
         from kbencheval.config import ConfigError
 

@@ -53,6 +53,18 @@ class ClusterConfig:
 
 
 @dataclasses.dataclass(kw_only=True)
+class TrackingConfig:
+    """Where step metrics go besides OUT/tb (TensorBoard, always) and the console."""
+
+    wandb: bool = False
+    """Also log to Weights & Biases, under the TensorBoard names (needs the `wandb` extra); the run's
+    files go to OUT/wandb/, and a resumed run continues the same W&B run."""
+    wandb_project: str = "tritonforge"
+    wandb_mode: Literal["", "online", "offline"] = ""
+    """"" leaves it to WANDB_MODE / `wandb login`; offline writes the run locally (`wandb sync` uploads it)."""
+
+
+@dataclasses.dataclass(kw_only=True)
 class DataConfig:
     """Problems for RL (and, for SFT, where the conversations come from)."""
 
@@ -68,10 +80,17 @@ class DataConfig:
     sft_jsonl: str = ""
     """SFT only: JSONL of {"messages": [...]} conversations, or a `kbench corpus filter` folder (its
     train.jsonl); "" uses the problems' reference solutions."""
+    sft_dataset: str = ""
+    """SFT only, instead of sft_jsonl: a Hugging Face dataset with a `messages` column: a hub id
+    (owner/name), a `save_to_disk` folder, or a parquet file or folder of them (needs the `train` extra)."""
+    sft_split: str = "train"
+    """The split of sft_dataset to train on (a hub dataset or a saved DatasetDict)."""
 
     def validate(self) -> None:
         if not 0 <= self.heldout_fraction < 1:
             raise ConfigError(f"data.heldout_fraction must be in [0, 1), got {self.heldout_fraction}")
+        if self.sft_jsonl and self.sft_dataset:
+            raise ConfigError("set one of data.sft_jsonl and data.sft_dataset, not both")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -265,6 +284,7 @@ class RLConfig:
     backend: str = "torch"
     """Training backend (smart.backends.BACKENDS); it decides what the `train:` section holds."""
     cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
+    tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
     reward: RewardConfig = dataclasses.field(default_factory=RewardConfig)
@@ -317,6 +337,7 @@ class SFTConfig:
     backend: str = "torch"
     """Training backend (smart.backends.BACKENDS); it decides what the `train:` section holds."""
     cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
+    tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
     data: DataConfig = dataclasses.field(default_factory=lambda: DataConfig(heldout_fraction=0.0))
     train: Any = section_chosen_by("backend", backend_config_class, "torch")
     """The backend's own knobs: smart.backends.torch.config.TrainConfig."""

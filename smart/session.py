@@ -63,7 +63,8 @@ def rl_session(cfg: RLConfig) -> Iterator[RLSession]:
         progress("rl", f"trainer loaded {cfg.model_path or 'the checkpoint'}"
                  + (f"; resuming at step {state['next_step']}" if ckpt else ""))
     filter_fn = load_plugin(cfg.rollout.filter_fn, "rollout.filter_fn") if cfg.rollout.filter_fn else None
-    tracker = Tracker(out, cfg.num_steps, "rl", every_step=True)
+    tracker = Tracker(out, cfg.num_steps, "rl", every_step=True, tracking=cfg.tracking, config=dataclasses.asdict(cfg),
+                      start_step=state["next_step"])
     try:
         if actor and rollout:
             sync_weights(actor, rollout)  # engines start from the trainer's (possibly resumed) weights

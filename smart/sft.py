@@ -2,14 +2,16 @@
 
     smart sft configs/sft_tiny_cpu.yaml [key=value ...]
     smart sft configs/sft_tiny_cpu.yaml data.sft_jsonl=chats.jsonl num_steps=100
+    smart sft configs/sft_tiny_cpu.yaml data.sft_dataset=owner/name data.sft_split=train   # or a parquet/save_to_disk path
 
-Data: a JSONL file of {"messages": [...]} conversations, or (default) every training problem's
+Data: a JSONL file of {"messages": [...]} conversations, a dataset's `messages` column, or (default) every training problem's
 prompt from kbencheval.prompts with its bundled reference solution as the answer. The final model
 goes to OUT/hf, which `smart rl model_path=OUT/hf` starts from.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sys
 from pathlib import Path
@@ -42,7 +44,8 @@ def train_sft(cfg: SFTConfig) -> dict:
     placement = make_placement(cfg.cluster, need_rollout=False)
     actor = TrainGroup.for_run(cfg, placement.actor)
     progress("sft", f"trainer loaded {cfg.model_path}" + (f"; resuming at step {start}" if start else ""))
-    tracker = Tracker(out, cfg.num_steps, "sft")
+    tracker = Tracker(out, cfg.num_steps, "sft", tracking=cfg.tracking, config=dataclasses.asdict(cfg),
+                      start_step=start)
     metrics: dict = {}
     try:
         if ckpt:

@@ -1,7 +1,8 @@
-"""Run bookkeeping shared by `smart sft` and `smart rl`: Ray start-up, TensorBoard + rich console,
+"""Run bookkeeping shared by `smart sft` and `smart rl`: Ray start-up, TensorBoard (+ W&B) + rich console,
 phase timers, saved rollouts (JSONL of Sample dicts) and checkpoints that a run resumes from.
 
-Run folder:  OUT/tb/ (TensorBoard)  OUT/rollouts/step_00000.jsonl  OUT/checkpoints/step_00001/  OUT/hf/
+Run folder:  OUT/tb/ (TensorBoard)  OUT/wandb/ (tracking.wandb=true)  OUT/rollouts/step_00000.jsonl
+             OUT/checkpoints/step_00001/  OUT/hf/
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import json
 import os
 import shutil
 import time
+import uuid
 from pathlib import Path
 
-from smart.config import ClusterConfig, ConfigError
+from smart.config import ClusterConfig, ConfigError, TrackingConfig
 from smart.sample import Sample
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -100,25 +102,37 @@ class PhaseTimer:
 
 
 class Tracker:
-    """TensorBoard scalars for every numeric metric, and one rich console line per step."""
+    """TensorBoard scalars for every numeric metric (and W&B, under the same names, with tracking.wandb),
+    and one rich console line per step."""
 
     SHOWN = ("reward/mean", "eval/compile_rate", "eval/correct_rate", "train/loss", "train/grad_norm",
              "filter/dropped_groups", "time/step")
 
-    def __init__(self, out_dir: Path, total_steps: int, title: str, every_step: bool = False):
+    def __init__(self, out_dir: Path, total_steps: int, title: str, every_step: bool = False,
+                 tracking: TrackingConfig | None = None, config: dict | None = None, start_step: int = 0):
         from rich.console import Console
         from torch.utils.tensorboard import SummaryWriter
 
+        from kbencheval.progress import progress_bar
+
         self.writer = SummaryWriter(str(out_dir / "tb"))
+        self.wandb_run = start_wandb(out_dir, title, tracking, config) if tracking and tracking.wandb else None
         self.console = Console(highlight=False, soft_wrap=True)  # one line per step, also in a log file
         self.total, self.title = total_steps, title
         self.every = 1 if every_step else max(1, total_steps // 20)  # else about 20 console lines per run
+        # steps/min and the ETA under the step lines, on a terminal only
+        self._bar = contextlib.ExitStack()
+        self._advance = self._bar.enter_context(progress_bar(total_steps, f"{title} steps", " steps",
+                                                             completed=start_step, console=self.console))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        for key, value in metrics.items():
-            if isinstance(value, (int, float)):
-                self.writer.add_scalar(key, float(value), step)
+        scalars = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+        for key, value in scalars.items():
+            self.writer.add_scalar(key, value, step)
         self.writer.flush()
+        if self.wandb_run is not None:
+            self.wandb_run.log(scalars, step=step)
+        self._advance(1)
         if (step + 1) % self.every and step + 1 != self.total:  # TensorBoard gets every step
             return
         label = {"reward/mean": "reward", "time/step": "sec"}
@@ -126,7 +140,22 @@ class Tracker:
         self.console.print(f"[bold cyan]{self.title}[/] step [bold]{step + 1}/{self.total}[/]  {shown}")
 
     def close(self) -> None:
+        self._bar.close()
         self.writer.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+def start_wandb(out_dir: Path, title: str, tracking: TrackingConfig, config: dict | None):
+    """A W&B run writing under OUT/wandb/; its id is kept in OUT/wandb_run_id so a resumed run continues it."""
+    import wandb
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    id_file = out_dir / "wandb_run_id"
+    run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:8]
+    id_file.write_text(run_id)
+    return wandb.init(project=tracking.wandb_project, name=f"{title}:{out_dir.name}", id=run_id, resume="allow",
+                      dir=str(out_dir), config=config, job_type=title, mode=tracking.wandb_mode or None)
 
 
 def save_rollouts(path: Path, samples: list[Sample]) -> None:

@@ -61,10 +61,24 @@ def load_embedder(model: str, device: str = "cpu", trust_remote_code: bool = Fal
         raise RagError(f"cannot load embedding model {model}: {first}") from None
 
 
-def embed(embedder, texts: list[str], batch_size: int = 32):
+def embed(embedder, texts: list[str], batch_size: int = 32, description: str = ""):
+    """Unit-norm float32 rows; with a description, a progress bar (on a terminal) per chunk of batches."""
     import numpy as np
 
-    vectors = embedder.encode(texts, batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False)
+    from kbencheval.progress import progress_bar
+
+    def encode(part: list[str]):
+        return embedder.encode(part, batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False)
+
+    if not description or len(texts) <= batch_size:
+        vectors = encode(texts)
+    else:
+        chunk, parts = batch_size * 8, []
+        with progress_bar(len(texts), description, unit=" texts") as advance:
+            for i in range(0, len(texts), chunk):
+                parts.append(encode(texts[i:i + chunk]))
+                advance(len(texts[i:i + chunk]))
+        vectors = np.concatenate(parts)
     return np.ascontiguousarray(vectors, dtype=np.float32)
 
 
@@ -85,7 +99,7 @@ def build_index(records: list[CorpusRecord], out: str | Path, *, model: str = DE
     t0 = time.perf_counter()
     embedder = load_embedder(model, device, trust_remote_code)
     t_load = time.perf_counter() - t0
-    vectors = embed(embedder, [e.problem_source for e in entries], batch_size)
+    vectors = embed(embedder, [e.problem_source for e in entries], batch_size, description="embed corpus")
     index = faiss.IndexFlatIP(vectors.shape[1])
     index.add(vectors)
     seconds = time.perf_counter() - t0

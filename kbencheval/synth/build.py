@@ -208,6 +208,7 @@ def verify(problems: list[SynthProblem], *, device: str = "cpu", workers: int = 
     timing=True (GPU only) also times each variant, so the manifest shows what the speed reward prefers."""
     from kbencheval.eval.config import cpu_threads_per_evaluator
     from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.progress import progress_bar
 
     kept, dropped = static_filter(problems)
     jobs = [(p, v) for p in kept for v in p.variants]
@@ -217,14 +218,15 @@ def verify(problems: list[SynthProblem], *, device: str = "cpu", workers: int = 
     if device == "cpu":
         cfg = cpu_threads_per_evaluator(cfg, len(shards))
 
-    def run(shard: list) -> None:
+    def run(shard: list, advance) -> None:
         with Evaluator(cfg) as ev:
             for p, v in shard:
                 problem = parse_problem(p.source, level=1, problem_id=p.problem_id, name=p.name)
                 verdicts[(p.problem_id, v)] = ev.evaluate(problem, f"```python\n{p.variants[v]}```")
+                advance()
 
-    with ThreadPoolExecutor(len(shards)) as pool:
-        list(pool.map(run, shards))
+    with progress_bar(len(jobs), "verify variants") as advance, ThreadPoolExecutor(len(shards)) as pool:
+        list(pool.map(lambda shard: run(shard, advance), shards))
     out = []
     for p in kept:
         for v in list(p.variants):

@@ -105,7 +105,10 @@ def conversation_to_sample(tokenizer, messages: list[dict], index: int = 0) -> S
 
 
 def load_sft_conversations(cfg: DataConfig, backend: str, prompt_style: str) -> list[list[dict]]:
-    """JSONL of {"messages": [...]} rows, or each problem's prompt plus its reference solution."""
+    """JSONL of {"messages": [...]} rows, a dataset's `messages` column, or each problem's prompt plus
+    its reference solution."""
+    if cfg.sft_dataset:
+        return load_sft_dataset(cfg.sft_dataset, cfg.sft_split)
     if cfg.sft_jsonl:
         path = Path(cfg.sft_jsonl)
         if path.is_dir():  # a dataset folder from `kbench corpus filter`
@@ -126,4 +129,43 @@ def load_sft_conversations(cfg: DataConfig, backend: str, prompt_style: str) -> 
             convs.append(build_prompt(problem.source, backend=backend, style=prompt_style) + [{"role": "assistant", "content": answer}])
     if not convs:
         raise ConfigError("no problem has a reference solution; set data.sft_jsonl or use data.source=bundled")
+    return convs
+
+
+def load_sft_dataset(source: str, split: str = "train") -> list[list[dict]]:
+    """The `messages` column of a hub dataset (owner/name), a `save_to_disk` folder, or parquet file(s)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    path = Path(source)
+    try:
+        if (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file():
+            ds = datasets.load_from_disk(str(path))
+            if isinstance(ds, datasets.DatasetDict):
+                if split not in ds:
+                    raise ConfigError(f"data.sft_dataset={source} has splits {sorted(ds)}, not '{split}': set data.sft_split")
+                ds = ds[split]
+        elif path.exists():
+            files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
+            if not files or any(f.suffix != ".parquet" for f in files):
+                raise ConfigError(f"data.sft_dataset={source} is neither a save_to_disk folder nor parquet file(s); "
+                                  "for JSONL use data.sft_jsonl")
+            ds = datasets.load_dataset("parquet", data_files=[str(f) for f in files], split="train")
+        elif source.count("/") == 1 and not source.startswith((".", "/", "~")):
+            ds = datasets.load_dataset(source, split=split)
+        else:
+            raise ConfigError(f"data.sft_dataset={source} does not exist; give a hub id (owner/name), a save_to_disk "
+                              "folder or a parquet file")
+    except ConfigError:
+        raise
+    except Exception as e:  # datasets raises many types (hub, split, file): the user needs one line
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"cannot load data.sft_dataset={source} (split {split}): {first}") from None
+    if "messages" not in ds.column_names:
+        raise ConfigError(f"data.sft_dataset={source} has columns {ds.column_names} and no 'messages' column of "
+                          "[{role, content}, ...] conversations")
+    # arrow gives every message every key seen in the column; a key another row had comes back as None
+    convs = [[{k: v for k, v in m.items() if v is not None} for m in conv] for conv in ds["messages"]]
+    if not convs:
+        raise ConfigError(f"data.sft_dataset={source} (split {split}) has no rows")
     return convs
