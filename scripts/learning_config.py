@@ -13,7 +13,8 @@ sft {SFTConfig}, rl {RLConfig}, sft_stop {every, num_problems, num_samples, min_
 of `every` steps up to sft.num_steps, probing held-out pass@num_samples after each, stopping at the
 first chunk that reaches min_pass_at_k), controls {sft_continued, shuffled_rewards}, ablations {NAME: {rl key:
 value, ...}} (more GRPO runs from the same SFT model, each changing the named rl settings, e.g.
-rl_lr5e-5: {train.lr: 5.0e-5}; NAME starts with rl_). Overrides are dotted: sft.num_steps=10, eval.num_samples=4.
+rl_lr5e-5: {train.lr: 5.0e-5}; NAME starts with rl_), lanes (1: every stage in turn; 2: shuffled-reward GRPO and
+the ablations run beside the main GRPO, on a second GPU when there are two). Overrides are dotted: sft.num_steps=10, eval.num_samples=4.
 
 example: python scripts/learning_config.py configs/learn_synth_cpu.yaml runs/learn_cpu seed=1
 """
@@ -33,7 +34,7 @@ sys.path.insert(0, str(REPO))
 from kbencheval.config import ConfigError  # noqa: E402
 
 SECTIONS = {"seed": int, "model": dict, "synth": dict, "eval": dict, "sft": dict, "rl": dict, "sft_stop": dict,
-            "controls": dict, "ablations": dict}
+            "controls": dict, "ablations": dict, "lanes": int}
 EVAL_KEYS = {"num_problems", "num_samples", "temperature", "top_p", "max_tokens", "device", "num_gpus",
              "cpu_workers", "workers_per_gpu", "trials", "batch_size", "split", "greedy", "heldout_problems",
              "heldout_samples", "timing", "engine_dtype"}
@@ -64,6 +65,9 @@ def load(path: str, overrides: list[str]) -> dict:
         bad = set(cfg.get(section, {})) - keys
         if bad:
             raise ConfigError(f"unknown {section} keys {sorted(bad)} in {path}; known: {', '.join(sorted(keys))}")
+    if cfg.get("lanes", 1) not in (1, 2):
+        raise ConfigError(f"lanes must be 1 (stages in turn) or 2 (the side GRPO runs beside the main one), "
+                          f"got {cfg.get('lanes')!r}")
     split = cfg.get("eval", {}).get("split", "heldout")
     if split not in ("test", "heldout"):
         raise ConfigError(f"eval.split must be test (in-distribution, needs synth.test_fraction > 0) or heldout "
@@ -173,7 +177,7 @@ def main(argv: list[str]) -> int:
     for name, arm in arms.items():
         (run / "config" / f"{name}.yaml").write_text(yaml.safe_dump(arm, sort_keys=False))
     (run / "config" / "learning.json").write_text(json.dumps(cfg, indent=1) + "\n")
-    flat = {"SEED": cfg.get("seed", 0)}
+    flat = {"SEED": cfg.get("seed", 0), "LANES": cfg.get("lanes", 1)}
     flat |= {f"MODEL_{k.upper()}": v for k, v in cfg.get("model", {}).items()}
     flat |= {f"EVAL_{k.upper()}": v for k, v in cfg.get("eval", {}).items()}
     flat["SYNTH_ARGS"] = " ".join(_flag(k, v) for k, v in cfg.get("synth", {}).items())

@@ -17,6 +17,8 @@
 #      each evaluated on eval.split (sampled)                        RUN/evals/*_{sft_continued,rl_shuffled}.json
 #   7b. ablations (when set): GRPO again from the SFT model with one setting changed    RUN/rl_NAME/
 #      evaluated like the controls                                               RUN/evals/*_rl_NAME.json
+#   With lanes: 2, shuffled-reward GRPO and the ablations run beside GRPO, continued SFT and their evaluations
+#   (on a second GPU when there are two).
 #   8. curves (scripts/plot_learning.py) and paired comparisons (scripts/learning_compare.py)  RUN/plots/
 # Seconds per stage go to RUN/stage_seconds.txt. Overrides are dotted: seed=1 sft.num_steps=10 eval.num_samples=4.
 # Relative paths (CONFIG, RUN_DIR) are read and written from the current directory.
@@ -68,7 +70,9 @@ evaluate() {  # evaluate NAME MODEL SPLIT OFFSET COUNT SAMPLES TEMPERATURE [kben
   timed "eval_$name" "$PY" -m kbencheval.cli eval run_name="$name" runs_dir="$RUN/evals" device="$LEARN_EVAL_DEVICE" \
     num_gpus="${LEARN_EVAL_NUM_GPUS:-0}" cpu_workers="${LEARN_EVAL_CPU_WORKERS:-1}" \
     workers_per_gpu="${LEARN_EVAL_WORKERS_PER_GPU:-1}" "${extra[@]}" "$@"
-  "$PY" -m kbencheval.cli report "$name" runs_dir="$RUN/evals" --json > "$RUN/evals/$name.json"
+  # written whole or not at all: a finished report is what a rerun and the status poll look for
+  "$PY" -m kbencheval.cli report "$name" runs_dir="$RUN/evals" --json > "$RUN/evals/$name.json.part"
+  mv "$RUN/evals/$name.json.part" "$RUN/evals/$name.json"
 }
 
 SPLIT=${LEARN_EVAL_SPLIT:-heldout}
@@ -147,21 +151,51 @@ print(max(json.load(open(f))["next_step"] for f in glob.glob(sys.argv[1] + "/che
   --seed "$LEARN_SEED" --corpus "$RUN/synth/train"
 [[ -f "$RUN/sft/stopped_at" ]] || sft_until_stop
 evaluate_checkpoint sft "$RUN/sft/hf"
-[[ -f "$RUN/rl/hf/config.json" ]] || timed rl bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml"
-evaluate_checkpoint rl "$RUN/rl/hf"
-if [[ "${LEARN_CONTROLS_SFT_CONTINUED:-false}" == true ]]; then
-  [[ -f "$RUN/sft_continued/hf/config.json" ]] || timed sft_continued sft_continued
-  evaluate_checkpoint sft_continued "$RUN/sft_continued/hf" primary
+main_lane() {  # GRPO, its evaluations, then the continued-SFT control (it needs GRPO's step count)
+  [[ -f "$RUN/rl/hf/config.json" ]] || timed rl bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml"
+  evaluate_checkpoint rl "$RUN/rl/hf"
+  if [[ "${LEARN_CONTROLS_SFT_CONTINUED:-false}" == true ]]; then
+    [[ -f "$RUN/sft_continued/hf/config.json" ]] || timed sft_continued sft_continued
+    evaluate_checkpoint sft_continued "$RUN/sft_continued/hf" primary
+  fi
+}
+
+side_lane() {  # the GRPO runs that start from the SFT model beside the main one: shuffled rewards, ablations
+  if [[ "${LEARN_CONTROLS_SHUFFLED_REWARDS:-false}" == true ]]; then
+    [[ -f "$RUN/rl_shuffled/hf/config.json" ]] || timed rl_shuffled bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml" \
+      out_dir="$RUN/rl_shuffled" reward.reward_fn=smart.reward.controls:shuffled_preset_rewards
+    evaluate_checkpoint rl_shuffled "$RUN/rl_shuffled/hf" primary
+  fi
+  for arm in ${LEARN_ABLATIONS:-}; do  # one setting changed per arm, same SFT start
+    [[ -f "$RUN/$arm/hf/config.json" ]] || timed "$arm" bash "$ROOT/scripts/run_rl.sh" "$RUN/config/$arm.yaml"
+    evaluate_checkpoint "$arm" "$RUN/$arm/hf" primary
+  done
+}
+
+lane_device() {  # lane_device INDEX: the GPU a lane gets when there are two (CUDA_VISIBLE_DEVICES entries if set)
+  local visible
+  visible=${CUDA_VISIBLE_DEVICES:-$("$PY" -c 'import torch; print(",".join(map(str, range(torch.cuda.device_count()))))')}
+  IFS=, read -r -a visible <<< "$visible"
+  (( ${#visible[@]} >= 2 )) && echo "${visible[$1]}"
+  return 0
+}
+
+if [[ "${LEARN_LANES:-1}" == 2 ]]; then
+  # lanes: 2 runs the side lane beside the main one, each on a GPU of its own when there are two
+  main_gpu=$(lane_device 0); side_gpu=$(lane_device 1)
+  ( [[ -n "$main_gpu" ]] && export CUDA_VISIBLE_DEVICES=$main_gpu; main_lane ) & main_pid=$!
+  ( [[ -n "$side_gpu" ]] && export CUDA_VISIBLE_DEVICES=$side_gpu; side_lane ) & side_pid=$!
+  main_ok=true; side_ok=true
+  wait "$main_pid" || main_ok=false
+  wait "$side_pid" || side_ok=false
+  if [[ $main_ok == false || $side_ok == false ]]; then
+    echo "run_learning.sh: the $( [[ $main_ok == false ]] && echo main || echo side ) lane failed (its error is above); rerun to resume" >&2
+    exit 1
+  fi
+else
+  main_lane
+  side_lane
 fi
-if [[ "${LEARN_CONTROLS_SHUFFLED_REWARDS:-false}" == true ]]; then
-  [[ -f "$RUN/rl_shuffled/hf/config.json" ]] || timed rl_shuffled bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml" \
-    out_dir="$RUN/rl_shuffled" reward.reward_fn=smart.reward.controls:shuffled_preset_rewards
-  evaluate_checkpoint rl_shuffled "$RUN/rl_shuffled/hf" primary
-fi
-for arm in ${LEARN_ABLATIONS:-}; do  # one setting changed per arm, same SFT start
-  [[ -f "$RUN/$arm/hf/config.json" ]] || timed "$arm" bash "$ROOT/scripts/run_rl.sh" "$RUN/config/$arm.yaml"
-  evaluate_checkpoint "$arm" "$RUN/$arm/hf" primary
-done
 "$PY" "$ROOT/scripts/plot_learning.py" "$RUN" --out "$RUN/plots"
 "$PY" "$ROOT/scripts/learning_compare.py" "$RUN" --out "$RUN/plots/compare.json"
 echo "run_learning.sh done: $(cd "$RUN" && pwd) (reports in evals/, curves and comparisons in plots/, seconds per stage in stage_seconds.txt)"

@@ -4,6 +4,7 @@ exist and carry metrics. It checks the machinery (real Ray, SFT, GRPO, evaluator
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -11,6 +12,11 @@ import pytest
 import yaml
 
 from tests.support import ENV, REPO
+
+
+def _seconds(clock: str) -> int:
+    h, m, s = map(int, clock.split(":"))
+    return 3600 * h + 60 * m + s
 
 
 @pytest.mark.slow
@@ -39,6 +45,12 @@ def test_run_learning_produces_every_stage(tmp_path):
                 report = json.loads(path.read_text())
                 assert report["summary"]["all"]["n_samples"] == n, name
                 assert report["model"].endswith(f"{phase}/hf")
+    # lanes: 2: the ablation's GRPO ran beside the main GRPO (each in a Ray instance of its own)
+    took = dict(line.split() for line in (run / "stage_seconds.txt").read_text().splitlines())
+    started = {name: _seconds(clock) for clock, name in re.findall(r"^== (\d\d:\d\d:\d\d) (\S+)$", proc.stderr, re.M)}
+    main, arm = (started["rl"], started["rl"] + int(took["rl"])), (started["rl_lr3e-4"], started["rl_lr3e-4"] + int(
+        took["rl_lr3e-4"]))
+    assert arm[0] < main[1] and main[0] < arm[1], (main, arm)
     ablation = yaml.safe_load((run / "config" / "rl_lr3e-4.yaml").read_text())
     assert (ablation["train"]["lr"], ablation["train"]["dtype"]) == (3.0e-4, "fp32")
     assert ablation["out_dir"] == str(run / "rl_lr3e-4")
