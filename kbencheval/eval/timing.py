@@ -105,9 +105,10 @@ class Timer:
     """
 
     def __init__(self, model, module, device: torch.device, spec: TimingSpec, first: Trial, on_eager_call=None,
-                 parts: Parts | None = None):
+                 parts: Parts | None = None, as_outputs=as_tensor_list):
         self.model, self.module, self.device, self.spec = model, module, device, spec
         self.on_eager_call = on_eager_call  # the worker's stream/thread checks around an eager call
+        self.as_outputs = as_outputs  # the worker's: plain tensors only (transfer.plain_outputs)
         parts = parts or Parts()
         self.fresh = FreshInputs(module, device, first)
         parts.mark("fresh_inputs_s")
@@ -151,17 +152,20 @@ class Timer:
             torch.cuda.current_stream().wait_stream(s)
             graph = torch.cuda.CUDAGraph(keep_graph=True)  # keeps the cudaGraph_t, whose kernel nodes we list
             with torch.cuda.graph(graph):
-                out = as_tensor_list(self.model(*self.static_in))
+                out = self.as_outputs(self.model(*self.static_in))
             graph.instantiate()
         return graph, out
+
+    def _eager_call(self) -> list:
+        if self.on_eager_call is not None:
+            return self.on_eager_call(lambda: self.as_outputs(self.model(*self.static_in)))
+        return self.as_outputs(self.model(*self.static_in))
 
     def _call(self) -> list:
         if self.graph is not None:
             self.graph.replay()
             return self.static_out
-        if self.on_eager_call is not None:
-            return self.on_eager_call(lambda: as_tensor_list(self.model(*self.static_in)))
-        return as_tensor_list(self.model(*self.static_in))
+        return self._eager_call()
 
     def run(self, trials: list[Trial], digest_seed: int = 1) -> tuple[list[float], list[list[float]]]:
         """µs per iteration, one fresh input set each, and each iteration's `output_digest`: the worker's
