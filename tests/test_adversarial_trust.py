@@ -337,6 +337,7 @@ def test_attack_then_honest_control(evaluators, untimed_evaluators, name, static
         assert not result.correct
     honest = ev.evaluate(problem, "```python\n" + HONEST[problem.key] + "\n```")
     assert honest.status == Status.CORRECT, (problem.key, honest.error)
+    assert honest.checks["timing_path"] == "eager"  # the interpreter: no graph to capture
     rounds = honest.checks["timing_rounds"]  # iters=20: two judged timed outputs per round
     assert len(honest.checks["correctness_timed_outputs"]) == 2 * len(rounds) == 2 * len(round_sizes(20))
 

@@ -39,7 +39,8 @@ HARNESS_KEYS = frozenset({"seeds", "static", "sizes", "stress_trials", "timing_r
                           "device_kernels", "reference_kernels", "physical_floor_us", "speedup_of_medians",
                           "device_gate", "harness_restarts", "harness_restarted", "served_by", "device_oom_retry",
                           "judge_reserved_gb", "harness_s", "compiles_aside", "fresh_inputs",
-                          "prepare_oom_retry", "judge_parts_s", "timing_mode", "cpu_verdict", "sandbox_weaker"})
+                          "prepare_oom_retry", "judge_parts_s", "timing_mode", "cpu_verdict", "sandbox_weaker",
+                          "timing_path"})
 
 
 class _Verdict(Exception):
@@ -144,6 +145,9 @@ class Session:
             ref_setup = self.judge_timing(TimeReference(spec=spec, trials=list(seeds.timing[:1]), setup=True))
             setup = self.answer("timing_setup", hold)
         eager = self.check_device_kernels(setup, ref_setup.get("device_kernels")) == "profiler"
+        # Which path timed the candidate: its captured graph, or eager calls (one that cannot be captured, or
+        # whose launches the capture did not see: timing.Timer.replay_matches_eager), each with its own checks.
+        self.checks["timing_path"] = "eager" if eager or self.ev.cfg.on_cpu else "cuda_graph"
         self.checks["fresh_inputs"] = {"reference": str(ref_setup.get("fresh_inputs", "")),
                                        "candidate": str(setup.timing.get("fresh_inputs", "")
                                                         if isinstance(setup.timing, dict) else "")[:200]}

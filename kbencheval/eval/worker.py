@@ -312,7 +312,7 @@ class CandidateWorker:
         try:
             self.timer = Timer(self.model, self.module, self.device, self.job.timing, request.timing_trials[0],
                                on_eager_call=self.eager_call, parts=self.parts(request.phase),
-                               as_outputs=functools.partial(plain_outputs, modes_before=modes()))
+                               as_outputs=functools.partial(plain_outputs, modes_before=modes()), check_replay=True)
             timing = {"mechanism": self.timer.mechanism, "fresh_inputs": self.timer.fresh.mechanism}
             if self.device.type == "cuda":
                 timing["device_kernels"] = self.timer.device_kernels or self.profiled_call()
