@@ -25,8 +25,8 @@ _DETACH, _CONTIGUOUS, _RESHAPE, _VIEW, _NUMPY = _TB.detach, _TB.contiguous, _TB.
 _RESOLVE_CONJ, _RESOLVE_NEG, _UNTYPED_STORAGE = _TB.resolve_conj, _TB.resolve_neg, _TB.untyped_storage
 _LAYOUT, _DEVICE, _DTYPE, _SHAPE = _TB.layout.__get__, _TB.device.__get__, _TB.dtype.__get__, _TB.shape.__get__
 _DATA_PTR, _NBYTES = _STORAGE.data_ptr, _STORAGE.nbytes
-_NO_TORCH_FUNCTION, _FUNCTION_MODES, _DISPATCH_MODES = (torch._C.DisableTorchFunction, torch._C._len_torch_function_stack,
-                                                        torch._C._len_torch_dispatch_stack)
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
+_FUNCTION_MODES, _DISPATCH_MODES = torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack
 _TENSOR, _PARAMETER, _STRIDED, _UINT8 = torch.Tensor, torch.nn.Parameter, torch.strided, torch.uint8
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128, torch.int64,
