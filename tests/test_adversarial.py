@@ -78,6 +78,7 @@ def test_cpu_verdict_says_what_rests_on_the_static_allowlist(strict, runtime_onl
     assert result.checks["cpu_verdict"].startswith(promises + ("the static allow-list" if static else
                                                                "in-process tripwires only"))
     assert static or "accept_cpu_tripwires_only" in result.checks["cpu_verdict"]
+    assert "none of its methods ran), and no compiled extension ran" in result.checks["cpu_verdict"]
 
 
 # Each attack: (id, code, evaluator fixture, allowed verdicts)

@@ -3,7 +3,8 @@ control in the same Evaluator that must still come back `correct`.
 
 Classes: 1 protocol forging, 2 compute the recorder does not see, 3 reaching harness state,
 4 predictable or narrow inputs, 5 timing tricks (the trusted timing protocol runs under the
-interpreter here with `timing_on_cpu`; GPU-only ones are in tests/test_gpu_harness.py).
+interpreter here with `timing_on_cpu`; GPU-only ones are in tests/test_gpu_harness.py), 6 output
+objects that compute when the harness reads them, 7 compiled code the CPU cannot attribute (issue #43).
 An attack that only the static scan stops, and that the run-time side cannot close on the CPU, is an
 `xfail(strict=True)` with the reason; docs/evaluator.md lists it. The fast tier runs one attack per
 class; the rest are marked slow.
@@ -242,9 +243,54 @@ class ModelNew(nn.Module):
             relu_kernel[(1,)](x, y, 1, BLOCK=1024)
         return y
 ''', {Status.INCORRECT}, {Status.INCORRECT}, ""),
+    # Both pass the static allow-list: a class named Lazy, a method named detach, type() with a string key.
+    "parameter_subclass_computes_when_exported": (6, RELU, '''
+class Lazy(nn.Parameter):
+    def detach(self):                         # the worker's export called it, after every check
+        return self.source.clamp(min=0)
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        relu_kernel[(1,)](x, y, 0, BLOCK=1024)   # writes nothing, but y counts as a kernel's output
+        out = Lazy(y, requires_grad=False)    # an nn.Parameter passed the Tensor-subclass check
+        out.source = x
+        return out
+''', {Status.REJECTED}, {Status.REJECTED}, ""),
+    "list_subclass_computes_when_iterated": (6, RELU, '''
+def lazy_iter(self):                          # runs when the worker lists the outputs, after the recorder
+    self.y.copy_(self.x.clamp(min=0))
+    yield self.y
+Outputs = type("Outputs", (list,), {"__iter__": lazy_iter})
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        relu_kernel[(1,)](x, y, 0, BLOCK=1024)
+        out = Outputs()
+        out.x, out.y = x, y
+        return out
+''', {Status.REJECTED}, {Status.REJECTED}, ""),
+    # The static allow-list refuses ctypes and subprocess; with it off, C built by the compile toolchain.
+    "c_library_computes_below_the_dispatcher": (7, RELU, '''
+import ctypes
+import os
+import subprocess
+folder = os.environ["TORCH_EXTENSIONS_DIR"]
+with open(os.path.join(folder, "relu.c"), "w") as f:
+    f.write("void relu(const float *x, float *y, long n) { for (long i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0; }")
+subprocess.run(["cc", "-shared", "-fPIC", "-O1", os.path.join(folder, "relu.c"), "-o", os.path.join(folder, "relu.so")],
+               check=True)
+LIB = ctypes.CDLL(os.path.join(folder, "relu.so"))
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        relu_kernel[(1,)](x, y, 0, BLOCK=1024)   # the decoy launch: y counts as a kernel's output
+        LIB.relu(ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(y.data_ptr()), ctypes.c_long(x.numel()))
+        return y
+''', {Status.REJECTED}, {Status.REJECTED}, ""),
 }
 FAST = {"forged_ready_and_empty_outputs", "grid_function_computes", "getframe_reaches_worker",
-        "softplus_right_only_near_zero", "forged_timing_figures"}
+        "softplus_right_only_near_zero", "forged_timing_figures", "parameter_subclass_computes_when_exported",
+        "list_subclass_computes_when_iterated", "c_library_computes_below_the_dispatcher"}
 HONEST = {RELU.key: RELU.solution_source, SOFTPLUS.key: SOFTPLUS_SOLUTION.replace("LIMIT_VALUE", "1e30"),
           ARGMAX.key: ARGMAX.solution_source}
 
@@ -253,6 +299,15 @@ HONEST = {RELU.key: RELU.solution_source, SOFTPLUS.key: SOFTPLUS_SOLUTION.replac
 def evaluators():
     # The trusted timing protocol runs under the interpreter too (its numbers mean nothing there).
     cfg = dict(device="cpu", timeout_s=60, memory_limit_gb=4, trials=2, timing_on_cpu=True, iters=20, warmup=1)
+    runtime_only_cfg = EvalConfig(**cfg, static_checks=False, accept_cpu_tripwires_only=True)
+    with Evaluator(EvalConfig(**cfg)) as strict, Evaluator(runtime_only_cfg) as runtime_only:
+        yield {True: strict, False: runtime_only}
+
+
+@pytest.fixture(scope="module")
+def untimed_evaluators():
+    """The CPU's own configuration (nothing timed there): a verdict rests on the correctness trials alone."""
+    cfg = dict(device="cpu", timeout_s=60, memory_limit_gb=4, trials=2)
     runtime_only_cfg = EvalConfig(**cfg, static_checks=False, accept_cpu_tripwires_only=True)
     with Evaluator(EvalConfig(**cfg)) as strict, Evaluator(runtime_only_cfg) as runtime_only:
         yield {True: strict, False: runtime_only}
@@ -269,16 +324,53 @@ def _params():
 
 
 @pytest.mark.parametrize(("name", "static"), list(_params()))
-def test_attack_then_honest_control(evaluators, name, static):
-    _, problem, code, on, off, _ = ATTACKS[name]
+def test_attack_then_honest_control(evaluators, untimed_evaluators, name, static):
+    cls, problem, code, on, off, _ = ATTACKS[name]
     code = code.replace("RELU_SHAPE", repr(tuple(problem.small_sizes.values())))
     if "import triton" not in code:
         code = HEADER + code
     ev = evaluators[static]
-    result = ev.evaluate(problem, "```python\n" + code + "\n```")
-    assert result.status in (on if static else off), (name, result.status, result.error)
-    assert not result.correct
+    # Classes 6 and 7 end in the correctness trials: also as the CPU runs by default, with nothing timed.
+    for judge in ([untimed_evaluators[static]] if cls >= 6 else []) + [ev]:
+        result = judge.evaluate(problem, "```python\n" + code + "\n```")
+        assert result.status in (on if static else off), (name, result.status, result.error)
+        assert not result.correct
     honest = ev.evaluate(problem, "```python\n" + HONEST[problem.key] + "\n```")
     assert honest.status == Status.CORRECT, (problem.key, honest.error)
+    assert honest.checks["timing_path"] == "eager"  # the interpreter: no graph to capture
     rounds = honest.checks["timing_rounds"]  # iters=20: two judged timed outputs per round
     assert len(honest.checks["correctness_timed_outputs"]) == 2 * len(rounds) == 2 * len(round_sizes(20))
+
+
+# Class 7 with the static checks on: backend=cuda allows load_inline, and its C++ calls torch's CPU kernel
+# directly (at::cpu::, no dispatcher), so no recorder sees library compute; the decoy-free output is the
+# extension's. On a GPU the device's kernels tell; on the CPU such a verdict is refused.
+LIBRARY_EXTENSION = """
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+source = '''
+#include <torch/extension.h>
+#include <ATen/CPUFunctions.h>
+torch::Tensor relu_out(torch::Tensor x) {
+    return at::cpu::clamp_min(x, 0);
+}
+'''
+ext = load_inline(name="tf_library_relu", cpp_sources=source, functions=["relu_out"], verbose=False)
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.relu_out(x)
+"""
+
+
+@pytest.mark.slow  # compiles a C++ extension twice: minutes on a 2-core CPU
+@pytest.mark.parametrize("static", [True, False], ids=["static_on", "static_off"])
+def test_compiled_extension_is_not_correct_on_the_cpu(static):
+    cfg = EvalConfig(device="cpu", backend="cuda", timeout_s=600, memory_limit_gb=4, trials=1, stress_trials=False,
+                     static_checks=static, accept_cpu_tripwires_only=not static)
+    with Evaluator(cfg) as ev:
+        result = ev.evaluate(RELU, "```python\n" + LIBRARY_EXTENSION + "\n```")
+    assert result.status == Status.REJECTED, (result.status, result.error)
+    assert "cannot be attributed" in result.error and "device=cuda" in result.error

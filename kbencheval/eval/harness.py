@@ -246,7 +246,10 @@ class Evaluator:
             promises = "custom kernels did the work, no tampering with harness objects"
             record["cpu_verdict"] = (f"{promises}: rest on the static allow-list (no device record on the CPU)"
                                      if cfg.static_checks else f"{promises}: rest on in-process tripwires only "
-                                     "(static_checks=false, accepted by accept_cpu_tripwires_only)")
+                                     "(static_checks=false, accepted by accept_cpu_tripwires_only)") + \
+                "; not on it: outputs crossed as exact plain tensors, read by torch functions captured before the " \
+                "candidate loaded (none of its methods ran), and no compiled extension ran (the harness reads the " \
+                "worker's memory map: such work cannot be attributed here)"
         if self._server.accepted_missing:
             record["sandbox_weaker"] = {"accepted_missing": self._server.accepted_missing, "by": "sandbox_accept"}
         return record

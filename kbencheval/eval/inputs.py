@@ -162,13 +162,14 @@ def row_squares_torch(matrix: torch.Tensor, chunk_rows: int = 2048) -> torch.Ten
                      or [matrix.new_zeros(0, dtype=torch.float64)])
 
 
-def digest_bounds(tensors: list) -> list[float]:
+def digest_bounds(tensors: list, fused: bool = True) -> list[float]:
     """For each digest entry of `tensors` (output_digest's layout), how far a committed digest may be
-    from theirs: DIGEST_SLACK of the dtype times the block's L2 norm (float64)."""
-    return digest_bounds_queued(tensors).tolist()
+    from theirs: DIGEST_SLACK of the dtype times the block's L2 norm (float64). `fused=False`: torch ops
+    only (a worker, which cannot import the judge's kernels)."""
+    return digest_bounds_queued(tensors, fused).tolist()
 
 
-def digest_bounds_queued(tensors: list) -> torch.Tensor:
+def digest_bounds_queued(tensors: list, fused: bool = True) -> torch.Tensor:
     """digest_bounds as a float64 vector on the tensors' device, not read back (the judge reads it with
     the comparison's numbers and the digest, waiting for the device once)."""
     bounds = []
@@ -177,7 +178,7 @@ def digest_bounds_queued(tensors: list) -> torch.Tensor:
             continue
         # On a GPU the fused kernel reads floating dtypes as they are (no float32 copy of the output).
         matrix, tail = _rows(t, keep_dtype=t.is_cuda and t.is_floating_point() and t.element_size() > 1)
-        if matrix.is_cuda:  # one pass, no float64 copies; only the judge gets here, so only it imports Triton
+        if matrix.is_cuda and fused:  # one pass, no float64 copies; only the judge imports these kernels
             from kbencheval.eval.judge_kernels import row_squares_fused
 
             per_row = row_squares_fused(matrix)

@@ -39,7 +39,8 @@ HARNESS_KEYS = frozenset({"seeds", "static", "sizes", "stress_trials", "timing_r
                           "device_kernels", "reference_kernels", "physical_floor_us", "speedup_of_medians",
                           "device_gate", "harness_restarts", "harness_restarted", "served_by", "device_oom_retry",
                           "judge_reserved_gb", "harness_s", "compiles_aside", "fresh_inputs",
-                          "prepare_oom_retry", "judge_parts_s", "timing_mode", "cpu_verdict", "sandbox_weaker"})
+                          "prepare_oom_retry", "judge_parts_s", "timing_mode", "cpu_verdict", "sandbox_weaker",
+                          "timing_path"})
 
 
 class _Verdict(Exception):
@@ -144,6 +145,9 @@ class Session:
             ref_setup = self.judge_timing(TimeReference(spec=spec, trials=list(seeds.timing[:1]), setup=True))
             setup = self.answer("timing_setup", hold)
         eager = self.check_device_kernels(setup, ref_setup.get("device_kernels")) == "profiler"
+        # Which path timed the candidate: its captured graph, or eager calls (one that cannot be captured, or
+        # whose launches the capture did not see: timing.Timer.replay_matches_eager), each with its own checks.
+        self.checks["timing_path"] = "eager" if eager or self.ev.cfg.on_cpu else "cuda_graph"
         self.checks["fresh_inputs"] = {"reference": str(ref_setup.get("fresh_inputs", "")),
                                        "candidate": str(setup.timing.get("fresh_inputs", "")
                                                         if isinstance(setup.timing, dict) else "")[:200]}
@@ -294,9 +298,22 @@ class Session:
         try:
             while isinstance(reply := self.expect((Outputs, Compiling), phase), Compiling):
                 self.compile_aside(hold)
+            if self.ev.cfg.on_cpu:
+                self.check_compiled_code()
             return reply
         finally:
             self.add_spent(phase, "worker_s", self.asked_at)
+
+    def check_compiled_code(self) -> None:
+        """On the CPU, machine code the candidate built (a load_inline or ctypes library, mapped executable
+        from its job folder, a deleted file or a memfd) ran beneath every recorder: it can call torch's own
+        kernels, and with no device record nothing tells its work from theirs. Such a verdict is never
+        `correct` there. Read by the harness from the kernel's map of the worker, not from the worker."""
+        if found := compiled_code(self.pid, self.job.job_dir):
+            raise _Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=(
+                f"the candidate ran machine code it compiled ({found}): on the CPU the work of a compiled "
+                "extension cannot be attributed to it (no device record), so it is judged only on a GPU: "
+                "evaluate backend=cuda candidates with device=cuda")))
 
     def send(self, msg) -> None:
         try:
@@ -385,6 +402,29 @@ class Session:
         if log_tail:
             error += f": {log_tail}"
         return EvalResult(Status.RUNTIME_ERROR, compiled=self.compiled, error=error[:600], checks=self.checks)
+
+
+def compiled_code(pid: int, job_dir: str) -> str:
+    """'' unless process `pid` maps executable code from where a candidate can write: its job folder (a
+    file there deleted since included), a memfd or /dev/shm. Else which kind (not its path: no channel)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            maps = f.read(1 << 24)
+    except PermissionError:  # the harness reads its own workers' maps; one that hides it is not judged blind
+        return "a process whose memory map the harness cannot read"
+    except OSError:
+        return ""  # the worker is gone: its verdict is its death's
+    folder = str(Path(job_dir).resolve()).rstrip("/") + "/"
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or "x" not in fields[1]:
+            continue
+        path = fields[5]
+        if path.startswith(folder) or path.startswith(job_dir.rstrip("/") + "/"):
+            return "a library in its job folder"
+        if path.startswith(("/memfd:", "/dev/shm/")):
+            return "an in-memory library"
+    return ""
 
 
 def gate_window(checks: dict, phase: str) -> dict:

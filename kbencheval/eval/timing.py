@@ -15,7 +15,8 @@ import time
 import torch
 
 from kbencheval.eval.device_kernels import device_report, graph_kernels, profiled_kernels
-from kbencheval.eval.inputs import as_tensor_list, inputs_fingerprint, make_inputs, output_digest, sync
+from kbencheval.eval.inputs import (as_tensor_list, digest_bounds, digests_match, inputs_fingerprint, make_inputs,
+                                    output_digest, sync)
 from kbencheval.eval.parts import Parts
 from kbencheval.eval.protocol import TimingSpec, Trial
 
@@ -105,9 +106,12 @@ class Timer:
     """
 
     def __init__(self, model, module, device: torch.device, spec: TimingSpec, first: Trial, on_eager_call=None,
-                 parts: Parts | None = None):
+                 parts: Parts | None = None, as_outputs=as_tensor_list, check_replay: bool = False):
+        """`check_replay` (the worker's): a captured graph is kept only if its replay computes what an eager
+        call computes on the same fresh inputs (`replay_matches_eager`); else the model is timed eagerly."""
         self.model, self.module, self.device, self.spec = model, module, device, spec
         self.on_eager_call = on_eager_call  # the worker's stream/thread checks around an eager call
+        self.as_outputs = as_outputs  # the worker's: plain tensors only (transfer.plain_outputs)
         parts = parts or Parts()
         self.fresh = FreshInputs(module, device, first)
         parts.mark("fresh_inputs_s")
@@ -122,7 +126,13 @@ class Timer:
             try:
                 self.graph, self.static_out = self._capture()
                 self.mechanism = "cuda_graph"
-                self.device_kernels = graph_report(self.graph)
+                if check_replay and not self.replay_matches_eager(first):
+                    self.graph = self.static_out = None
+                    torch.cuda.synchronize(device)
+                    self.mechanism = ("eager (the captured graph does not compute what an eager call does: launches "
+                                      "the capture did not see, e.g. on the default stream)")
+                else:
+                    self.device_kernels = graph_report(self.graph)
             except Exception as e:  # noqa: BLE001 - any capture failure means: time it eagerly
                 # A capture that raised never left its capture stream (torch.cuda.graph's exit raises
                 # before restoring it): every later launch would look like a side-stream launch.
@@ -151,17 +161,38 @@ class Timer:
             torch.cuda.current_stream().wait_stream(s)
             graph = torch.cuda.CUDAGraph(keep_graph=True)  # keeps the cudaGraph_t, whose kernel nodes we list
             with torch.cuda.graph(graph):
-                out = as_tensor_list(self.model(*self.static_in))
+                out = self.as_outputs(self.model(*self.static_in))
             graph.instantiate()
         return graph, out
+
+    def replay_matches_eager(self, first: Trial) -> bool:
+        """Whether a replay of the captured graph writes the outputs an eager call computes, on inputs the
+        capture never saw (its outputs poisoned first). A kernel launched on the legacy default stream runs
+        once while the capture is made and is not in the graph (torch captures on a stream of its own):
+        every replay would then leave the capture's stale outputs, and an honest kernel would be judged
+        `incorrect` in its timed iterations. So would a model that computes only when it is not captured,
+        which then gets timed eagerly, computing."""
+        probe = Trial(seed=(first.seed ^ 0x5EED_C0DE) & ((1 << 62) - 1))
+        with torch.no_grad():
+            self.fresh.load(probe)
+            for t in self.static_out:
+                if isinstance(t, torch.Tensor):
+                    t.fill_(float("nan") if t.is_floating_point() or t.is_complex() else 0)
+            self.graph.replay()
+            replayed = outputs_digest(self.static_out)  # queued: no copy of the outputs beside the eager call's
+            self.fresh.load(probe)  # the same values again: the model may have written into its inputs
+            return digests_agree(replayed, self._eager_call())
+
+    def _eager_call(self) -> list:
+        if self.on_eager_call is not None:
+            return self.on_eager_call(lambda: self.as_outputs(self.model(*self.static_in)))
+        return self.as_outputs(self.model(*self.static_in))
 
     def _call(self) -> list:
         if self.graph is not None:
             self.graph.replay()
             return self.static_out
-        if self.on_eager_call is not None:
-            return self.on_eager_call(lambda: as_tensor_list(self.model(*self.static_in)))
-        return as_tensor_list(self.model(*self.static_in))
+        return self._eager_call()
 
     def run(self, trials: list[Trial], digest_seed: int = 1) -> tuple[list[float], list[list[float]]]:
         """µs per iteration, one fresh input set each, and each iteration's `output_digest`: the worker's
@@ -225,6 +256,24 @@ class Timer:
         if wait:
             sync(self.device)
         return out
+
+def outputs_digest(outs: list) -> tuple[list, torch.Tensor]:
+    """A call's outputs, summed up for `digests_agree`: their layout and their digest (queued, not read)."""
+    tensors = [t for t in outs if isinstance(t, torch.Tensor)]
+    return [(tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else None for t in outs], \
+        output_digest(tensors, 0x5EED)
+
+
+def digests_agree(summary: tuple[list, torch.Tensor], outs: list) -> bool:
+    """Whether `outs` are the outputs `summary` (outputs_digest) was made of, up to a nondeterministic
+    kernel's rounding: the same layout, digests within the judge's allowance for a recomputed timed output
+    (inputs.digests_match; its bounds in torch ops, since a worker cannot import the judge's kernels)."""
+    layout, digest = summary
+    other_layout, other_digest = outputs_digest(outs)
+    tensors = [t for t in outs if isinstance(t, torch.Tensor)]
+    return layout == other_layout and \
+        digests_match(digest.tolist(), other_digest.tolist(), digest_bounds(tensors, fused=False))
+
 
 class FreshInputs:
     """A timed iteration's fresh inputs, written into the static inputs its graph reads.

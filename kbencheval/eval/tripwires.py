@@ -17,6 +17,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kbencheval.eval.inputs import as_tensor_list, global_flags, inputs_fingerprint
+from kbencheval.eval.transfer import storage_range
 
 # Ops a kernel wrapper may call: allocation, views, copies and metadata. Everything else is compute.
 ALLOCATION_OPS = {
@@ -33,11 +34,6 @@ VIEW_OPS = {
 }
 COPY_OPS = {"clone", "copy_", "_to_copy", "contiguous", "to"}
 ALWAYS_ALLOWED = {f"aten.{name}" for name in ALLOCATION_OPS | VIEW_OPS | COPY_OPS}
-
-
-def storage_range(t: torch.Tensor) -> tuple[int, int]:
-    s = t.untyped_storage()
-    return s.data_ptr(), s.data_ptr() + s.nbytes()
 
 
 def os_thread_count() -> int:
@@ -363,11 +359,7 @@ class Tripwires:
             return "a kernel was launched on a side stream"
         if tracker.launches == 0:
             return "forward launched no custom kernel"
-        for i, t in enumerate(outs):
-            if not isinstance(t, torch.Tensor):
-                return f"output {i} is not a tensor"
-            if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
-                return f"output {i} is a Tensor subclass ({type(t).__name__})"
+        for i, t in enumerate(outs):  # plain tensors (transfer.plain_outputs)
             if not kernel_written(t, tracker, capture):
                 return f"output {i} was not written by any launched kernel (decoy launch)"
         for i, (a, b) in enumerate(zip(before_inputs, inputs_fingerprint(inputs))):

@@ -8,6 +8,7 @@ reports can only lower a verdict (a `Failure`); its run-time checks (tripwires.p
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
@@ -19,14 +20,14 @@ import torch._dynamo  # noqa: F401  (its import rebinds torch.manual_seed; do it
 from kbencheval.eval.audit import install_for_worker
 from kbencheval.eval.compile_aside import CompileAside
 from kbencheval.eval.errors import is_compile_error, short_error
-from kbencheval.eval.inputs import (DIGEST_WIDTH, as_tensor_list, build_model, inputs_fingerprint, load_problem_module,
+from kbencheval.eval.inputs import (DIGEST_WIDTH, build_model, inputs_fingerprint, load_problem_module,
                                     make_inputs, pin_global_flags, sync)
 from kbencheval.eval.protocol import (Assign, CandidateJob, Channel, Failure, JudgeJob, OutputItem, Outputs, ProtocolError,
                                       Ready, RunPhase, Status)
 from kbencheval.eval.kernel_cache import FOLDER_ENV, KernelLookup
 from kbencheval.eval.parts import Parts
 from kbencheval.eval.timing import Timer, profiled_report, time_models
-from kbencheval.eval.transfer import export_tensors
+from kbencheval.eval.transfer import NotPlainOutput, export_tensors, modes, plain_outputs
 from kbencheval.eval.tripwires import (LaunchTracker, OpCapture, Tripwires, os_thread_count, poison,
                                        start_thread_pools)
 
@@ -193,6 +194,7 @@ class CandidateWorker:
         self.tracker.active = True
         clock.append(time.perf_counter())  # the fingerprint's .tolist() waited for the device
         parts.mark("fingerprint_s")
+        before_modes = modes()
         try:
             with torch.no_grad(), capture:
                 out = self.model(*inputs)
@@ -201,8 +203,12 @@ class CandidateWorker:
             self.tracker.active = False
         clock.append(time.perf_counter())
         parts.mark("forward_s")
-        outs = as_tensor_list(out)
         self.checks.setdefault("launches", []).append(self.tracker.launches)
+        try:  # before any method of the returned objects could run
+            outs = plain_outputs(out, before_modes)
+        except NotPlainOutput as e:
+            return [], str(e)
+        del out
         violation = self.tripwires.process_violation() or \
             self.tripwires.call_violation(capture, outs, before_inputs, inputs)
         clock.append(time.perf_counter())
@@ -305,12 +311,13 @@ class CandidateWorker:
         self.give_back_free_blocks()
         try:
             self.timer = Timer(self.model, self.module, self.device, self.job.timing, request.timing_trials[0],
-                               on_eager_call=self.eager_call, parts=self.parts(request.phase))
+                               on_eager_call=self.eager_call, parts=self.parts(request.phase),
+                               as_outputs=functools.partial(plain_outputs, modes_before=modes()), check_replay=True)
             timing = {"mechanism": self.timer.mechanism, "fresh_inputs": self.timer.fresh.mechanism}
             if self.device.type == "cuda":
                 timing["device_kernels"] = self.timer.device_kernels or self.profiled_call()
         except BaseException as e:
-            if violation := self.tripwires.process_violation():  # e.g. a thread denied inside forward
+            if violation := self.tripwires.process_violation() or not_plain(e):  # e.g. a thread denied inside forward
                 return self.fail(Status.REJECTED, "preparing timing: " + violation)
             return self.fail(Status.RUNTIME_ERROR, "preparing timing: " + short_error(e, self.job.candidate_file))
         self.checks["timing_mechanism"] = self.timer.mechanism
@@ -337,6 +344,8 @@ class CandidateWorker:
         try:
             times, digests = self.timer.run(request.timing_trials, digest_seed=request.digest_seed)
         except BaseException as e:
+            if violation := not_plain(e):
+                return self.fail(Status.REJECTED, "during timing: " + violation)
             return self.fail(Status.RUNTIME_ERROR, "during timing: " + short_error(e, self.job.candidate_file))
         self.checks["phases_s"]["timed_loop_s"] = self.checks["phases_s"].get("timed_loop_s", 0.0) + \
             time.perf_counter() - clock
@@ -384,7 +393,7 @@ class CandidateWorker:
                 outs = self.timer.output_for(trial)
                 parts.mark("recompute_s")
             except BaseException as e:
-                if violation := self.tripwires.process_violation():
+                if violation := self.tripwires.process_violation() or not_plain(e):
                     return self.fail(Status.REJECTED, "recomputing a timed output: " + violation)
                 return self.fail(Status.RUNTIME_ERROR, "recomputing a timed output: " +
                                  short_error(e, self.job.candidate_file))
@@ -399,6 +408,11 @@ class CandidateWorker:
         parts.mark("checks_s")
         self.chan.send(Outputs(phase=request.phase, items=items, checks=self.checks))
         return True
+
+
+def not_plain(e: BaseException) -> str | None:
+    """The reason, where a timed call returned something other than plain tensors (transfer.plain_outputs)."""
+    return str(e) if isinstance(e, NotPlainOutput) else None
 
 
 def warm_run_time_checks(device: torch.device) -> None:
