@@ -67,8 +67,9 @@ def compare(evals: Path, sizes: dict[str, int]) -> dict:
                 cell = by_size.setdefault(str(size), {}).setdefault(phase, [0, 0])
                 cell[0] += p["correct"]
                 cell[1] += p["n"]
-        rows["pass@1 by operators"] = {size: {phase: round(c / n, 4) for phase, (c, n) in cells.items()}
-                                       for size, cells in sorted(by_size.items())}
+        by_number = sorted(by_size.items(), key=lambda item: (not item[0].isdigit(), int(item[0]) if item[0].isdigit() else 0))
+        rows["pass@1 by operators"] = {size: {phase: round(c / n, 4) for phase, (c, n) in sorted(
+            cells.items(), key=lambda cell: (cell[0] != "sft", cell[0]))} for size, cells in by_number}
         out[split] = rows
     return out
 

@@ -158,6 +158,9 @@ class RolloutConfig:
     """engine=embedded: the engines' weights dtype: auto (the trainer's: fp32 when train.dtype=fp32, else bf16 on
     a GPU and fp32 on the CPU), float32, bfloat16, float16. Weight updates smaller than one step of the engine's
     dtype do not reach the samples."""
+    engine_max_batch: int = 128
+    """engine=embedded: most sequences one engine decodes together; a step's larger batch is decoded in turns
+    (on a GPU a small model's decode step costs about the same for 128 or 512 rows)."""
     health_timeout_s: float = 10.0
     """Between steps each engine must answer a ping within this (0 = no check): a dead embedded engine is
     restarted with the current weights, a dead SGLang server is dropped (and removed from the router)."""
@@ -168,6 +171,8 @@ class RolloutConfig:
         dtypes = ("auto", "float32", "bfloat16", "float16")
         if self.engine_dtype not in dtypes:
             raise ConfigError(f"rollout.engine_dtype={self.engine_dtype!r}: use one of {', '.join(dtypes)}")
+        if self.engine_max_batch < 1:
+            raise ConfigError(f"rollout.engine_max_batch must be >= 1, got {self.engine_max_batch}")
         if self.engine_dtype != "auto" and self.engine != "embedded":
             raise ConfigError("rollout.engine_dtype sets the embedded engines' dtype; an SGLang server takes --dtype "
                               "at launch: drop rollout.engine_dtype")

@@ -59,7 +59,7 @@ def test_async_cuda_colocates_trainer_and_engine_on_one_gpu(one_gpu_ray, monkeyp
     monkeypatch.setattr(embedded, "EmbeddedEngineActor", FakeEngine)
     embedded.KIND.start(cfg, placement.rollout)
     [(options, args)] = started
-    assert options["num_gpus"] == 0.5 and args == ("m", "cuda", "auto")  # dtype auto: bf16 on cuda
+    assert options["num_gpus"] == 0.5 and args == ("m", "cuda", "auto", 128)  # dtype auto: bf16 on cuda
     ray.util.remove_placement_group(placement.pg)
 
 

@@ -104,3 +104,30 @@ def test_engine_dtype_is_checked():
     with pytest.raises(ConfigError, match="SGLang server takes --dtype"):
         from_dict(RLConfig, {"model_path": "m", "rollout": {"engine_dtype": "float32", "engine": "sglang",
                                                              "sglang_urls": ["http://x:1"]}}, "rl")
+
+
+def test_embedded_engines_start_with_the_configured_batch_and_dtype(monkeypatch):
+    # a step's 512 samples decode in one pass only when the engine takes them together
+    import argparse
+
+    from smart.config import RLConfig, from_dict
+    from smart.rollout.engines import embedded
+
+    started = []
+
+    class FakeActor:
+        @staticmethod
+        def options(**options):
+            return argparse.Namespace(remote=lambda *args: started.append(args))
+
+    class FakeSlot:
+        def options(self):
+            return {}
+
+    monkeypatch.setattr(embedded, "EmbeddedEngineActor", FakeActor)
+    cfg = from_dict(RLConfig, {"model_path": "m", "train": {"dtype": "fp32"},
+                               "rollout": {"engine_max_batch": 512}, "cluster": {"num_gpus_per_worker": 0}}, "rl")
+    embedded.KIND.start(cfg, [FakeSlot()])
+    assert started == [("m", "cpu", "float32", 512)]
+    with pytest.raises(ConfigError, match="engine_max_batch must be >= 1"):
+        from_dict(RLConfig, {"model_path": "m", "rollout": {"engine_max_batch": 0}}, "rl")

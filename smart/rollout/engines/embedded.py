@@ -15,13 +15,13 @@ from smart.rollout.engines import EngineKind
 
 @ray.remote
 class EmbeddedEngineActor:
-    def __init__(self, model_path: str, device: str = "cpu", dtype: str = "auto"):
+    def __init__(self, model_path: str, device: str = "cpu", dtype: str = "auto", max_batch_size: int = 128):
         import torch
 
         torch.set_num_threads(1)  # engines share cores with the trainer and eval workers
         from kbencheval.llm.embedded import EmbeddedEngine
 
-        self.engine = EmbeddedEngine(model_path, device=device, dtype=dtype)
+        self.engine = EmbeddedEngine(model_path, device=device, dtype=dtype, max_batch_size=max_batch_size)
 
     def generate_ids(self, prompt_ids_batch: list[list[int]], params: SamplingParams) -> list[Completion]:
         return self.engine.generate_ids(prompt_ids_batch, params)
@@ -67,7 +67,8 @@ def engine_dtype(cfg) -> str:
 def _start(cfg, slots: list) -> list:
     device = "cuda" if cfg.cluster.num_gpus_per_worker else "cpu"
     dtype = engine_dtype(cfg)
-    return [EmbeddedEngineActor.options(**slot.options()).remote(cfg.model_path, device, dtype) for slot in slots]
+    return [EmbeddedEngineActor.options(**slot.options()).remote(cfg.model_path, device, dtype, cfg.rollout.engine_max_batch)
+            for slot in slots]
 
 
 KIND = EngineKind(needs_slots=True, preflight=lambda cfg: None, start=_start,
