@@ -8,7 +8,8 @@ stages' settings as shell assignments (LEARN_*) for the launcher to `eval`.
 Top-level keys: seed, model {vocab_size, hidden, layers}, synth {kbench synth flags}, eval {split (test: the
 in-distribution split, or heldout: unseen operator pairs), greedy, heldout_problems/heldout_samples (the
 unseen-pair evaluation beside a test one), timing, engine_dtype (the generating engine's, as the model was
-trained), sampling and evaluator settings},
+trained), multi_turn/multi_turn_samples (turns and samples of a Kevin-mode evaluation of SFT and RL on the same
+problems; 0: none), sampling and evaluator settings},
 sft {SFTConfig}, rl {RLConfig}, sft_stop {every, num_problems, num_samples, min_pass_at_k} (SFT in chunks
 of `every` steps up to sft.num_steps, probing held-out pass@num_samples after each, stopping at the
 first chunk that reaches min_pass_at_k), controls {sft_continued, shuffled_rewards}, ablations {NAME: {rl key:
@@ -37,7 +38,7 @@ SECTIONS = {"seed": int, "model": dict, "synth": dict, "eval": dict, "sft": dict
             "controls": dict, "ablations": dict, "lanes": int}
 EVAL_KEYS = {"num_problems", "num_samples", "temperature", "top_p", "max_tokens", "device", "num_gpus",
              "cpu_workers", "workers_per_gpu", "trials", "batch_size", "split", "greedy", "heldout_problems",
-             "heldout_samples", "timing", "engine_dtype"}
+             "heldout_samples", "timing", "engine_dtype", "multi_turn", "multi_turn_samples"}
 MODEL_KEYS = {"vocab_size", "hidden", "layers"}
 SFT_STOP_KEYS = {"every", "num_problems", "num_samples", "min_pass_at_k"}
 CONTROL_KEYS = {"sft_continued", "shuffled_rewards"}

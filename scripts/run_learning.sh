@@ -17,6 +17,8 @@
 #      each evaluated on eval.split (sampled)                        RUN/evals/*_{sft_continued,rl_shuffled}.json
 #   7b. ablations (when set): GRPO again from the SFT model with one setting changed    RUN/rl_NAME/
 #      evaluated like the controls                                               RUN/evals/*_rl_NAME.json
+#   With eval.multi_turn: T, the SFT and RL models also get a T-turn evaluation with the evaluator's feedback
+#      (Kevin mode) on the same problems                                           RUN/evals/multiturn_{sft,rl}.json
 #   With lanes: 2, shuffled-reward GRPO and the ablations run beside GRPO, continued SFT and their evaluations
 #   (on a second GPU when there are two).
 #   8. curves (scripts/plot_learning.py) and paired comparisons (scripts/learning_compare.py)  RUN/plots/
@@ -98,6 +100,31 @@ evaluate_checkpoint() {  # evaluate_checkpoint TAG MODEL [primary]: the before/a
   done
 }
 
+split_keys() {  # split_keys SPLIT OFFSET COUNT: the problem keys of split_subset's problems, as smart's data.problems=[...]
+  "$PY" - "$RUN/synth/manifest.json" "$1" "$2" "$3" <<'EOF'
+import json, sys
+manifest, split = json.load(open(sys.argv[1])), sys.argv[2]
+rows = sorted((int(p["file"].split("_")[0]), p["key"]) for p in manifest["problems"] if p["split"] == split)
+offset, count = int(sys.argv[3]), int(sys.argv[4])
+print("[" + ",".join(key for _, key in rows[offset:offset + count]) + "]")
+EOF
+}
+
+evaluate_multiturn() {  # evaluate_multiturn TAG MODEL: eval.multi_turn turns with the evaluator's feedback (Kevin mode) on
+  # the evaluations' problems, through smart rl without a trainer; per-turn numbers in RUN/evals/multiturn_TAG.json
+  local tag=$1 model=$2 keys
+  [[ "${LEARN_EVAL_MULTI_TURN:-0}" -gt 0 && ! -f "$RUN/evals/multiturn_$tag.json" ]] || return 0
+  keys=$(split_keys "$SPLIT" 0 "$LEARN_EVAL_NUM_PROBLEMS")
+  timed "multiturn_$tag" bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml" mode=rollout_only model_path="$model" \
+    out_dir="$RUN/multiturn_$tag" num_steps=1 max_minutes=0 save_every=0 export_hf=false data.path="$RUN/synth/$SPLIT" \
+    data.problems="$keys" rollout.prompts_per_step="$(tr -cd , <<< "$keys" | wc -c | awk '{print $1 + 1}')" \
+    rollout.n_samples_per_prompt="${LEARN_EVAL_MULTI_TURN_SAMPLES:-4}" rollout.max_turns="$LEARN_EVAL_MULTI_TURN" \
+    rollout.filter_fn= rollout.refill_max_rounds=0 rollout.temperature="$LEARN_EVAL_TEMPERATURE"
+  "$PY" "$ROOT/scripts/learning_multiturn.py" "$RUN/multiturn_$tag/rollouts/step_00000.jsonl" \
+    --manifest "$RUN/synth/manifest.json" --out "$RUN/evals/multiturn_$tag.json.part" > /dev/null
+  mv "$RUN/evals/multiturn_$tag.json.part" "$RUN/evals/multiturn_$tag.json"
+}
+
 pass_at_k() {  # pass_at_k REPORT.json K: the unbiased pass@K over the report's problems
   "$PY" - "$1" "$2" <<'EOF'
 import json, sys
@@ -154,13 +181,16 @@ evaluate_checkpoint sft "$RUN/sft/hf"
 main_lane() {  # GRPO, its evaluations, then the continued-SFT control (it needs GRPO's step count)
   [[ -f "$RUN/rl/hf/config.json" ]] || timed rl bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml"
   evaluate_checkpoint rl "$RUN/rl/hf"
+  evaluate_multiturn rl "$RUN/rl/hf"
   if [[ "${LEARN_CONTROLS_SFT_CONTINUED:-false}" == true ]]; then
     [[ -f "$RUN/sft_continued/hf/config.json" ]] || timed sft_continued sft_continued
     evaluate_checkpoint sft_continued "$RUN/sft_continued/hf" primary
   fi
 }
 
-side_lane() {  # the GRPO runs that start from the SFT model beside the main one: shuffled rewards, ablations
+side_lane() {  # beside the main lane: the SFT model's multi-turn evaluation, then the GRPO runs that start from the
+  # SFT model: shuffled rewards, ablations
+  evaluate_multiturn sft "$RUN/sft/hf"
   if [[ "${LEARN_CONTROLS_SHUFFLED_REWARDS:-false}" == true ]]; then
     [[ -f "$RUN/rl_shuffled/hf/config.json" ]] || timed rl_shuffled bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml" \
       out_dir="$RUN/rl_shuffled" reward.reward_fn=smart.reward.controls:shuffled_preset_rewards

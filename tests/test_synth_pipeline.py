@@ -54,6 +54,15 @@ def test_run_learning_produces_every_stage(tmp_path):
     ablation = yaml.safe_load((run / "config" / "rl_lr3e-4.yaml").read_text())
     assert (ablation["train"]["lr"], ablation["train"]["dtype"]) == (3.0e-4, "fp32")
     assert ablation["out_dir"] == str(run / "rl_lr3e-4")
+    # SFT and RL: a 2-turn evaluation with the evaluator's feedback on the evaluations' 2 test problems x 2
+    for phase in ("sft", "rl"):
+        turns = json.loads((run / "evals" / f"multiturn_{phase}.json").read_text())
+        assert (turns["problems"], turns["trajectories"]) == (2, 4)
+        first = turns["by_turn"]["turn 1"]
+        assert first["reached"] == 4 and 0 <= first["solved_by_turn"] <= 1
+        if turns["max_turns"] == 2:  # a second turn only for what the first did not solve
+            assert turns["by_turn"]["turn 2"]["reached"] == round(4 * (1 - first["solved_by_turn"]))
+        assert set(turns["by_operators"]) <= {"1", "2", "3"}
     # the evaluations generate in fp32, the dtype the GRPO model was trained and saved in
     generated = json.loads((run / "evals" / "test_rl" / "manifest.json").read_text())
     assert generated["config"]["engine_dtype"] == "float32"
@@ -80,4 +89,18 @@ def test_run_learning_produces_every_stage(tmp_path):
     change = compare["test"]["pass@1: rl - sft"]
     assert change["n"] == 2 and change["lo"] <= change["diff"] <= change["hi"]
     assert {"pass@2", "pass@1: rl_lr3e-4 - sft", "pass@1: rl_lr3e-4 - rl"} <= set(compare["test"])
+
+    # the report page is written from the run's own outputs, between its markers, twice without growing
+    doc = tmp_path / "docs" / "learning.md"
+    doc.parent.mkdir()
+    doc.write_text("# Does the loop learn?\n\nhistory stays\n")
+    for _ in range(2):
+        made = subprocess.run([sys.executable, "scripts/learning_report.py", str(run), "--doc", str(doc)], cwd=REPO,
+                              env=ENV, capture_output=True, text=True, timeout=120)
+        assert made.returncode == 0, made.stderr
+    text = doc.read_text()
+    assert text.count("<!-- learning_report:begin -->") == 1 and text.endswith("history stays\n")
+    assert f"| pass@1: rl - sft | {100 * change['diff']:+.1f} [" in text and "| turn 2 |" in text
+    assert "test pass@1 after GRPO - after SFT >= +15 points" in text and "![test.png](learning/learn/test.png)" in text
+    assert (doc.parent / "learning" / "learn" / "compare.json").is_file()
     assert set(compare["test"]["pass@1 by operators"]) <= {"2", "3"}
