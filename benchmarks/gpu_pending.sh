@@ -21,6 +21,17 @@
 #                   Qwen3 1.2 GB fp32 (distributed: gloo, NCCL refuses 2 ranks on 1 GPU); ~2 min       (240)
 #   async           smart rl vs smart rl-async step time, trainer + engine on the GPU, 20M Qwen3,
 #                   32 samples x 256 tokens, 6 steps each; ~2 min                                       (240)
+# Two GPUs (issue 46; one nvidia-h100-x2 hold runs them all, ~40 min: split over calls of <= 600 s):
+#   mg_parity       torchrun x2 benchmarks/megatron_parallel_parity.py: TP/PP/CP=2 logprobs vs TP=1, bf16     (300)
+#   mg_rl_tp2 / mg_rl_pp2 / mg_rl_cp2  one GRPO step from run_rl.sh, Megatron on both GPUs, that layout          (280 each)
+#   fsdp2           torch backend, FSDP2 over 2 ranks: one SFT step (run_sft.sh) and one GRPO step (run_rl.sh)    (400)
+#   disagg          weight_sync.py --server-gpu 1: trainer GPU 0, kbench serve GPU 1, NCCL vs tensor vs disk,
+#                   the server's weights checked equal to the trainer's after each                           (300)
+#   eval_2gpu       kbench eval of the 40 bundled solutions on 2 GPUs, then on 1: candidates/min and ratio       (560)
+#   recipe_2gpu     configs/rl_qwen3_8b_layout_2gpu.yaml, one multi-turn GRPO step (benchmarks/recipe_step.py):
+#                   peak memory per GPU, seconds per phase, weight-sync GB/s                                 (400)
+# Eight GPUs (issue 47): recipe_8gpu_model (random Qwen3-8B, bf16, kept in /tmp; ~2 min, 300) in one call,
+#   then recipe_8gpu: configs/rl_qwen3_8b_megatron.yaml as committed but max_new_tokens 1024, same printout (590)
 #   learning_start  the learning run, detached with setsid: it outlives this call, but only
 #                   while the machine stays held (at most 30 minutes, and 30 s idle between calls), so
 #                   keep making calls until it is done; carry runs/learn_gpu_synth.tgz to skip synth;
@@ -38,7 +49,7 @@
 set -u
 out=${1:?usage: bash benchmarks/gpu_pending.sh OUT_DIR STEP [STEP ...]}
 shift
-[ $# -gt 0 ] || { sed -n '2,37p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,48p' "$0"; exit 2; }
 py=${PYTHON:-python3}
 work="$out/work"
 mkdir -p "$work"
@@ -89,6 +100,48 @@ for step in "$@"; do
         --out "$work/weight_sync_h100.json" ;;
     async) run async 240 "$py" benchmarks/async_step_time.py --device cuda --vocab-size 4096 --hidden 512 --layers 8 \
         --prompts 4 --group 8 --max-new-tokens 256 --steps 6 --out "$work/async_step_time_h100.json" ;;
+    mg_parity) run mg_parity 300 torchrun --standalone --nproc_per_node 2 benchmarks/megatron_parallel_parity.py \
+        --out "$work/megatron_parity.json" ;;
+    mg_rl_tp2|mg_rl_pp2|mg_rl_cp2)  # the layout's size 2 over both GPUs, the engine colocated on GPU 0
+      dim=${step#mg_rl_}; dim=${dim%2}
+      "$py" scripts/make_tiny_model.py --out /tmp/tiny_megatron > /dev/null 2>&1
+      run "$step" 280 bash scripts/run_rl.sh configs/rl_small_megatron_gpu.yaml model_path=/tmp/tiny_megatron \
+          out_dir="/tmp/rl_$step" resume=false num_steps=1 eval_every=0 'data.problems=["L1_1_ReLU"]' \
+          rollout.max_new_tokens=16 rollout.n_samples_per_prompt=4 rollout.prompts_per_step=1 rollout.filter_fn= \
+          reward.reward_fn=smart.reward.controls:length_reward cluster.actor_num_workers=2 "train.$dim=2"
+      tail -n 3 "$work/$step.log" ;;
+    fsdp2)  # FSDP2 over two ranks (one GPU each), the engine colocated on GPU 0
+      "$py" scripts/make_tiny_model.py --out /tmp/tiny_fsdp2 --hidden 512 --layers 8 > /dev/null 2>&1
+      run fsdp2_sft 200 bash scripts/run_sft.sh configs/sft_small_gpu.yaml model_path=/tmp/tiny_fsdp2 \
+          out_dir=/tmp/sft_fsdp2 resume=false num_steps=1 cluster.actor_num_workers=2 cluster.num_gpus_per_worker=1
+      run fsdp2_rl 200 bash scripts/run_rl.sh configs/rl_small_gpu.yaml model_path=/tmp/tiny_fsdp2 \
+          out_dir=/tmp/rl_fsdp2 resume=false num_steps=1 eval_every=0 'data.problems=["L1_1_ReLU"]' \
+          rollout.max_new_tokens=32 rollout.n_samples_per_prompt=4 rollout.prompts_per_step=1 rollout.filter_fn= \
+          reward.reward_fn=smart.reward.controls:length_reward cluster.actor_num_workers=2 cluster.num_gpus_per_worker=1
+      tail -n 3 "$work/fsdp2_sft.log" "$work/fsdp2_rl.log" ;;
+    disagg) run disagg 300 "$py" benchmarks/weight_sync.py --device cuda --server-gpu 1 --hidden 2048 --layers 8 \
+        --repeats 3 --out "$work/weight_sync_2gpu.json"
+      tail -n 8 "$work/disagg.log" ;;
+    eval_2gpu) PY=$py run eval_2gpu 560 bash -c '
+        runs=$(mktemp -d); t=$(date +%s)
+        for level in 1 2 3; do "$PY" -m kbencheval.cli generate run_name=ref runs_dir=$runs server_type=reference level=$level; done
+        for n in 2 1; do  # two GPUs first: a warm cache can only favour the one-GPU run
+          cp -r $runs/ref $runs/ref_$n; s=$SECONDS
+          TRITON_CACHE_DIR=$(mktemp -d) "$PY" -m kbencheval.cli eval run_name=ref_$n runs_dir=$runs device=cuda num_gpus=$n
+          echo "$n $(wc -l < $runs/ref_$n/results.jsonl) $((SECONDS - s))" >> $runs/times
+        done
+        "$PY" -c "import json,sys; r={int(n): {\"candidates\": int(c), \"seconds\": float(s), \"per_min\": 60*int(c)/float(s)}
+for n, c, s in (l.split() for l in open(sys.argv[1]))}; r[\"ratio_2_over_1\"]=r[2][\"per_min\"]/r[1][\"per_min\"]
+print(json.dumps(r)); json.dump(r, open(sys.argv[2], \"w\"), indent=2)" $runs/times '"$work/eval_2gpu.json"
+      tail -n 1 "$work/eval_2gpu.log" ;;
+    recipe_2gpu) run recipe_2gpu 400 "$py" benchmarks/recipe_step.py configs/rl_qwen3_8b_layout_2gpu.yaml --shape small \
+        --timeout 360 --out "$work/recipe_2gpu.json"
+      tail -n 6 "$work/recipe_2gpu.log" ;;
+    recipe_8gpu_model) run recipe_8gpu_model 300 "$py" benchmarks/recipe_step.py configs/rl_qwen3_8b_megatron.yaml \
+        --shape qwen3-8b --model /tmp/tritonforge_qwen3_8b --build-only ;;
+    recipe_8gpu) run recipe_8gpu 590 "$py" benchmarks/recipe_step.py configs/rl_qwen3_8b_megatron.yaml --shape qwen3-8b \
+        --model /tmp/tritonforge_qwen3_8b --timeout 540 --out "$work/recipe_8gpu.json" rollout.max_new_tokens=1024
+      tail -n 12 "$work/recipe_8gpu.log" ;;
     learning_start)
       rm -rf "$learn" && mkdir -p "$learn/run"
       # A synthetic set prepared off the device (carry runs/learn_gpu_synth.tgz): its stage is then skipped.

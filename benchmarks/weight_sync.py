@@ -24,6 +24,13 @@ one GPU ("Duplicate GPU detected"), so an NCCL figure needs the server on a seco
 which backend ran. --device cpu keeps both on the CPU, even on a GPU machine. The JSON is rewritten after
 each mode, and a mode that fails leaves an error row (exit 1), not the others' figures lost.
 `kbench serve` is our SGLang-compatible test server, not SGLang.
+
+--server-gpu N (two GPUs, the disaggregated layout): the server runs on GPU N, apart from the trainer's, so
+`distributed` broadcasts over NCCL. Before each mode the trainer's weights are nudged (random noise) and after
+it the server's are read back (/get_weights_by_name, first values of a few tensors) and must equal the
+trainer's bit for bit; a mismatch is that mode's error row.
+
+    python benchmarks/weight_sync.py --device cuda --server-gpu 1 --hidden 2048 --layers 8 --repeats 3 --out W.json
 """
 
 from __future__ import annotations
@@ -97,6 +104,30 @@ def row(mode: str, times: list[float], load: dict) -> dict:
             "s_per_gb": median / gb, "gb_per_s": gb / median, "repeats_timed": len(timed), **load}
 
 
+def nudge(backend, seed: int) -> None:
+    """Runs in the trainer's rank: move every weight, so a sync that did nothing shows."""
+    import torch
+
+    gen = torch.Generator(device=backend.device).manual_seed(seed)
+    with torch.no_grad():
+        for p in backend.model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen, device=p.device, dtype=p.dtype) * 1e-2)
+
+
+def server_matches(url: str, state: dict, names: list[str], size: int = 64) -> list[str]:
+    """Names whose first `size` values on the server differ from the trainer's (compared in the server's dtype)."""
+    import requests
+    import torch
+
+    bad = []
+    for name in names:
+        got = requests.post(f"{url}/get_weights_by_name", json={"name": name, "truncate_size": size}, timeout=60).json()
+        want = state[name].flatten()[:size].to(torch.bfloat16 if state[name].is_floating_point() else state[name].dtype)
+        if not isinstance(got, list) or got != want.float().tolist():
+            bad.append(name)
+    return bad
+
+
 def trainer_device(backend) -> dict:
     """Runs in the trainer's rank (TrainWorker.run): where its weights live, as its own process sees them."""
     import torch
@@ -115,7 +146,8 @@ def run_config(args, model: str, out_dir: str):
     cfg.rollout.engine, cfg.rollout.weight_bucket_mb = "sglang", args.bucket_mb
     if args.device == "cuda":
         cfg.cluster.num_gpus_per_worker = 1  # Ray then sets the trainer's CUDA_VISIBLE_DEVICES to its GPU
-        return cfg, "gloo"  # the server shares that GPU and NCCL refuses two ranks on one GPU
+        # the server on a GPU of its own: the library's choice (nccl); on the trainer's: gloo (see the docstring)
+        return cfg, "" if args.server_gpu >= 0 else "gloo"  # the server shares that GPU and NCCL refuses two ranks on one GPU
     # Ray leaves CUDA_VISIBLE_DEVICES alone for actors without a GPU share, so on a GPU machine
     # train.device=auto would still pick the GPU: the CPU mode pins it.
     cfg.train.device = "cpu"
@@ -153,13 +185,28 @@ def run(args) -> dict:
                   "args": vars(args), "rows": []}
         write(result, args.out)
         gpus = where["cuda_visible_devices"] if args.device == "cuda" else None  # the trainer's GPU, not "the first"
+        if args.server_gpu >= 0:
+            if str(args.server_gpu) == gpus:
+                raise RuntimeError(f"--server-gpu {args.server_gpu} is the trainer's GPU; pick the other one")
+            gpus = str(args.server_gpu)
+            result["server_gpu"] = gpus
         with kbench_server(model, timeout_s=600, device=args.device, visible_gpus=gpus) as served:
             cfg.rollout.sglang_urls = [served.url]
-            for mode in args.modes:
+            for i, mode in enumerate(args.modes):
                 try:
+                    if args.server_gpu >= 0:
+                        trainer.run_on_ranks(nudge, i)
                     times, packed, travelled = sync_times(mode, cfg, trainer, served.url, model, args.repeats,
                                                           group_backend)
                     result["rows"].append(row(mode, times, payload(mode, packed, travelled)))
+                    if args.server_gpu >= 0:
+                        state = ray.get(trainer.weights_ref())
+                        names = list(state)
+                        bad = server_matches(served.url, state, [names[0], names[len(names) // 2], names[-1]])
+                        del state
+                        if bad:
+                            raise RuntimeError(f"after {mode} the server's {bad} differ from the trainer's")
+                        result["rows"][-1]["weights_equal"] = True
                 except Exception as exc:  # one mode failing must not cost the others' figures (GPU time is scarce)
                     result["rows"].append({"mode": mode, "error": f"{exc.__class__.__name__}: {exc}"[-1500:]})
                 write(result, args.out)  # after each mode: a step killed at its time limit keeps what finished
@@ -186,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=4, help="random model: decoder layers")
     ap.add_argument("--repeats", type=int, default=4, help="syncs per mode; the first is reported apart")
     ap.add_argument("--bucket-mb", type=float, default=512.0, help="rollout.weight_bucket_mb")
+    ap.add_argument("--server-gpu", type=int, default=-1,
+                    help="run the server on this GPU (not the trainer's): NCCL broadcast, weights checked after each mode")
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--out", default="", help="JSON file to write")
     args = ap.parse_args(argv)

@@ -52,9 +52,7 @@ def rl_session(cfg: RLConfig) -> Iterator[RLSession]:
     ckpt = latest_checkpoint(out) if cfg.resume else None
     state = read_run_state(ckpt)
     need_actor, need_rollout = cfg.mode != "rollout_only", cfg.mode != "train_only"
-    gpu_eval = cfg.reward.num_workers if cfg.reward.num_gpus_per_worker and need_rollout else 0
-    engines_need_slots = need_rollout and engine_kind(cfg.rollout.engine).needs_slots
-    placement = make_placement(cfg.cluster, need_actor, engines_need_slots, gpu_eval)
+    placement = make_placement(cfg.cluster, *placement_request(cfg))
     actor = TrainGroup.for_run(cfg, placement.actor) if need_actor else None
     rollout = RolloutManager.remote(cfg, placement.rollout, state.get("data"), placement.reward) if need_rollout else None
     if ckpt and actor:
@@ -84,6 +82,14 @@ def rl_session(cfg: RLConfig) -> Iterator[RLSession]:
         ray.util.remove_placement_group(placement.pg)
         if started_ray:
             ray.shutdown()
+
+
+def placement_request(cfg: RLConfig) -> tuple[bool, bool, int]:
+    """make_placement's (need_actor, need_rollout, reward_gpu_workers) for this run: engines that are
+    servers elsewhere (SGLang) take no bundle, and eval workers reserve GPUs only when they use one."""
+    need_actor, need_rollout = cfg.mode != "rollout_only", cfg.mode != "train_only"
+    gpu_eval = cfg.reward.num_workers if cfg.reward.num_gpus_per_worker and need_rollout else 0
+    return need_actor, need_rollout and engine_kind(cfg.rollout.engine).needs_slots, gpu_eval
 
 
 def rl_main(argv: list[str], command: str, train: Callable[[RLConfig], dict], example: str) -> int:

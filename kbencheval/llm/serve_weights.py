@@ -6,6 +6,7 @@
                                             "group_name", "backend": "gloo" | "nccl"}
     POST /update_weights_from_distributed  {"names", "dtypes", "shapes", "group_name", "flush_cache", "weight_version"}
     POST /destroy_weights_update_group     {"group_name"}
+    POST /get_weights_by_name              {"name", "truncate_size": 100}  -> the tensor's first values, flattened
 
 Each answers {"success": true, "message": ...} (HTTP 200) or {"success": false, "message": ...} (HTTP 400),
 and a refused update leaves the served weights as they were (EmbeddedEngine.update_weights checks every
@@ -133,7 +134,17 @@ def group_lock(server, name: str):
         return server.group_locks.setdefault(name, threading.Lock())
 
 
+def get_weights_by_name(server, body: dict) -> list:
+    """SGLang's read-back route: what a sync wrote, checked against the trainer's copy."""
+    name, size = str(body.get("name", "")), int(body.get("truncate_size", 100))
+    params = dict(server.engine.model.named_parameters())
+    if name not in params:
+        raise WeightRouteError(f"no parameter {name!r}; names are the Hugging Face state-dict names")
+    return params[name].detach().flatten()[:size].float().cpu().tolist()
+
+
 ROUTES = {"/update_weights_from_tensor": update_weights_from_tensor,
           "/init_weights_update_group": init_weights_update_group,
           "/update_weights_from_distributed": update_weights_from_distributed,
-          "/destroy_weights_update_group": destroy_weights_update_group}
+          "/destroy_weights_update_group": destroy_weights_update_group,
+          "/get_weights_by_name": get_weights_by_name}

@@ -38,10 +38,21 @@ class Placement:
     reward: list[Slot]  # empty when evaluation runs on CPU (eval workers then need no reservation)
 
 
-def make_placement(cfg: ClusterConfig, need_actor: bool = True, need_rollout: bool = True,
-                   reward_gpu_workers: int = 0, timeout_s: float = 120) -> Placement:
+@dataclasses.dataclass(frozen=True)
+class BundlePlan:
+    """Which bundle each role's actors take, decided from the config alone (no Ray, no GPUs)."""
+
+    bundle: dict  # the resources of every bundle
+    n_bundles: int
+    actor: list[int]  # bundle of training rank i
+    rollout: list[int]  # bundle of engine i
+    reward: list[int]  # bundle of GPU eval worker i
+    share: float  # each tenant's fraction of its bundle (colocated roles split a bundle evenly)
+
+
+def plan_bundles(cfg: ClusterConfig, need_actor: bool = True, need_rollout: bool = True,
+                 reward_gpu_workers: int = 0) -> BundlePlan:
     gpus, cpus = cfg.num_gpus_per_worker, cfg.cpus_per_bundle
-    bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
     n_actor = cfg.actor_num_workers if need_actor else 0
     n_rollout = cfg.rollout_num_engines if need_rollout else 0
     n_reward = reward_gpu_workers if gpus else 0
@@ -59,14 +70,22 @@ def make_placement(cfg: ClusterConfig, need_actor: bool = True, need_rollout: bo
         share = 1.0
     if n_bundles == 0:
         raise ConfigError("nothing to place: the run needs a trainer, engines or GPU eval workers")
-    pg = placement_group([dict(bundle) for _ in range(n_bundles)], strategy="PACK")
+    bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+    return BundlePlan(bundle, n_bundles, list(range(n_actor)), rollout_bundles, reward_bundles, share)
+
+
+def make_placement(cfg: ClusterConfig, need_actor: bool = True, need_rollout: bool = True,
+                   reward_gpu_workers: int = 0, timeout_s: float = 120) -> Placement:
+    plan = plan_bundles(cfg, need_actor, need_rollout, reward_gpu_workers)
+    pg = placement_group([dict(plan.bundle) for _ in range(plan.n_bundles)], strategy="PACK")
     ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
     if not ready:
         raise ConfigError(
-            f"Ray could not reserve {n_bundles} bundles of {bundle} within {timeout_s:g}s; lower "
+            f"Ray could not reserve {plan.n_bundles} bundles of {plan.bundle} within {timeout_s:g}s; lower "
             "cluster.actor_num_workers / cluster.rollout_num_engines / cluster.cpus_per_bundle or add resources"
         )
-    actor = [Slot(pg, i, gpus * share, cpus * share) for i in range(n_actor)]
-    rollout = [Slot(pg, b, gpus * share, cpus * share) for b in rollout_bundles]
-    reward = [Slot(pg, b, gpus * share, 0.0) for b in reward_bundles]
+    gpus, cpus, share = cfg.num_gpus_per_worker, cfg.cpus_per_bundle, plan.share
+    actor = [Slot(pg, b, gpus * share, cpus * share) for b in plan.actor]
+    rollout = [Slot(pg, b, gpus * share, cpus * share) for b in plan.rollout]
+    reward = [Slot(pg, b, gpus * share, 0.0) for b in plan.reward]
     return Placement(pg, actor, rollout, reward)

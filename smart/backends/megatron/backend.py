@@ -250,8 +250,11 @@ class MegatronTrainBackend:
 
     def train_step(self, samples: Sequence[Sample], advantages: Sequence[float]) -> dict[str, float]:
         """One RL step: old logprobs under the current weights, then one GRPO update on them."""
+        t0 = time.perf_counter()
         old_logprobs = self.compute_logprobs(samples)
+        seconds = time.perf_counter() - t0  # the old-logprob pass, apart from the update
         metrics = self.train_grpo(samples, advantages, old_logprobs)
+        metrics["logprobs_s"] = seconds
         metrics["rollout_logprob_abs_diff"] = logprob_mismatch(samples, old_logprobs)
         return metrics
 

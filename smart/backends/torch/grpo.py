@@ -10,6 +10,7 @@ noise); every later one sees a moved policy, so the ratio differs from 1 and cli
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import torch
@@ -64,7 +65,9 @@ def train_grpo(backend, samples: Sequence[Sample], advantages: Sequence[float],
         _check_rollout_logprobs(kept, "grpo.use_rollout_logprobs=true")
         old = [list(s.rollout_logprobs) for s in kept]
     else:
+        t0 = time.perf_counter()
         old = backend.compute_logprobs(kept, positions="loss")
+        metrics["logprobs_s"] = time.perf_counter() - t0  # the old-logprob pass, apart from the update
         if all(len(s.rollout_logprobs) == len(s.response_token_ids) for s in kept):
             metrics |= logprob_mismatch(kept, old)
     for s, lp in zip(kept, old):
