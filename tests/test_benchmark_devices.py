@@ -71,13 +71,15 @@ def test_async_cpu_pins_the_trainer_to_the_cpu():
 def test_weight_sync_cuda_gives_the_trainer_the_gpu_and_gloo_to_the_group(one_gpu_ray):
     from smart.ray.placement import make_placement
 
-    args = argparse.Namespace(device="cuda", bucket_mb=512.0)
+    args = argparse.Namespace(device="cuda", bucket_mb=512.0, server_gpu=-1)
     cfg, group_backend = weight_sync.run_config(args, "m", "o")
     assert (cfg.cluster.num_gpus_per_worker, cfg.train.device, group_backend) == (1, "auto", "gloo")
+    # a server on a GPU of its own: NCCL (the library's choice) between two GPUs
+    assert weight_sync.run_config(argparse.Namespace(device="cuda", bucket_mb=512.0, server_gpu=1), "m", "o")[1] == ""
     placement = make_placement(cfg.cluster, need_rollout=False)
     assert [s.num_gpus for s in placement.actor] == [1]
     ray.util.remove_placement_group(placement.pg)
-    cfg, group_backend = weight_sync.run_config(argparse.Namespace(device="cpu", bucket_mb=512.0), "m", "o")
+    cfg, group_backend = weight_sync.run_config(argparse.Namespace(device="cpu", bucket_mb=512.0, server_gpu=-1), "m", "o")
     assert (cfg.cluster.num_gpus_per_worker, cfg.train.device, group_backend) == (0, "cpu", "")
 
 
