@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+import types
 
 _THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
@@ -125,6 +126,20 @@ class _ModuleResolver:
     def __init__(self, allowed: set[str]):
         self.allowed = allowed
 
+    def value(self, module_name: str, attrs: list[str]):
+        """The object at module.attrs (public attributes only), or None."""
+        import importlib
+
+        try:
+            value = importlib.import_module(module_name)
+        except ImportError:
+            return None
+        for attr in attrs:
+            if attr.startswith("_"):
+                return None
+            value = getattr(value, attr, None)
+        return value
+
     def walk(self, module_name: str, attrs: list[str]) -> str | None:
         import importlib
         import types
@@ -185,8 +200,20 @@ def static_check(code: str, backend: str = "triton") -> StaticReport:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             _check_import(node, allowed, aliases, resolver, violations)
+    # A module may only be the root of an attribute chain (torch.relu), never a value of its own: a module
+    # bound to another name (m = torch; m.empty = ...) or passed along would escape the checks below.
+    chain_roots = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     for node in ast.walk(tree):
         _check_node(node, aliases, resolver, violations)
+        if isinstance(node, ast.Name) and aliases.get(node.id) and id(node) not in chain_roots and \
+                isinstance(resolver.value(aliases[node.id], []), types.ModuleType):
+            violations.append(f"uses module '{node.id}' as a value at line {node.lineno} (a module may only be "
+                              "named by an import and used as torch.name)")
+        elif isinstance(node, ast.Attribute) and id(node) not in chain_roots:
+            root, attrs = _chain(node)
+            if aliases.get(root) and isinstance(resolver.value(aliases[root], attrs), types.ModuleType):
+                violations.append(f"uses module '{root}.{'.'.join(attrs)}' as a value at line {node.lineno} "
+                                  "(import it with `import ... as name` instead)")
     kernels = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and any(map(_is_triton_jit, n.decorator_list))]
     uses_load_inline = any(getattr(n, "id", getattr(n, "attr", None)) == "load_inline" for n in ast.walk(tree)
                            if isinstance(n, (ast.Name, ast.Attribute))) or "load_inline" in aliases
@@ -203,9 +230,12 @@ def _check_node(node, aliases: dict, resolver: _ModuleResolver, violations: list
         violations.append(f"try/except at line {node.lineno} (fallback paths are not allowed)")
     elif isinstance(node, ast.ClassDef):
         for base in node.bases:
-            base_name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
-            if base_name == "Tensor" or base_name.endswith("Tensor"):
+            if _tensor_type(base, aliases, resolver):
                 violations.append(f"class {node.name} subclasses a Tensor type")
+            elif not isinstance(base, (ast.Name, ast.Attribute)):
+                violations.append(f"class {node.name} has a computed base class (name it: nn.Module)")
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" and len(node.args) > 1:
+        violations.append("calls type() with a class body (classes are defined with `class`)")
     elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         if node.name.startswith("__") and node.name not in ALLOWED_DUNDER_DEFS:
             violations.append(f"defines {node.name} (only __init__ may be a dunder method)")
@@ -225,6 +255,20 @@ def _check_node(node, aliases: dict, resolver: _ModuleResolver, violations: list
             root = root.value
         if target is not root and isinstance(root, ast.Name) and root.id in aliases:
             violations.append(f"assigns into module '{root.id}' (monkeypatching is not allowed)")
+
+
+def _tensor_type(base: ast.AST, aliases: dict, resolver: _ModuleResolver) -> bool:
+    """A base class that is torch.Tensor or a subclass of it (nn.Parameter, nn.Buffer, ...), by name or by value."""
+    import torch
+
+    name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+    if name == "Tensor" or name.endswith("Tensor") or name in ("Parameter", "Buffer", "UninitializedParameter"):
+        return True
+    root, attrs = _chain(base) if isinstance(base, ast.Attribute) else (getattr(base, "id", None), [])
+    if root and aliases.get(root):
+        value = resolver.value(aliases[root], attrs)
+        return isinstance(value, type) and issubclass(value, torch.Tensor)
+    return False
 
 
 def _check_attribute(node: ast.Attribute, aliases: dict, resolver: _ModuleResolver, violations: list) -> None:

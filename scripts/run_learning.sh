@@ -100,13 +100,13 @@ evaluate_checkpoint() {  # evaluate_checkpoint TAG MODEL [primary]: the before/a
   done
 }
 
-split_keys() {  # split_keys SPLIT OFFSET COUNT: the problem keys of split_subset's problems, as smart's data.problems=[...]
+split_keys() {  # split_keys SPLIT OFFSET COUNT: the problem keys of split_subset's problems, as smart's data.problems=["..."]
   "$PY" - "$RUN/synth/manifest.json" "$1" "$2" "$3" <<'EOF'
 import json, sys
 manifest, split = json.load(open(sys.argv[1])), sys.argv[2]
 rows = sorted((int(p["file"].split("_")[0]), p["key"]) for p in manifest["problems"] if p["split"] == split)
 offset, count = int(sys.argv[3]), int(sys.argv[4])
-print("[" + ",".join(key for _, key in rows[offset:offset + count]) + "]")
+print(json.dumps([key for _, key in rows[offset:offset + count]]))
 EOF
 }
 

@@ -2,6 +2,7 @@
 its HTML, and the CSV and parquet tables beside it."""
 
 import json
+import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -84,3 +85,15 @@ def test_single_report_shows_intervals_and_writes_tables(tmp_path, capsys):
 def test_three_runs_is_an_error(tmp_path):
     with pytest.raises(report.ConfigError, match="too many runs"):
         report.parse_args(["a", "b", "c"])
+
+
+def test_without_pyarrow_the_tables_are_csv_and_the_note_says_how_to_get_parquet(tmp_path, monkeypatch):
+    # the core install has no pyarrow: kbench report must still write its tables, not fail
+    from kbencheval.bench.report import tables_note, write_tables
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    written = write_tables(tmp_path / "r", {"problems": [{"key": "a", "correct": 1}]})
+    assert [p.name for p in written] == ["r_problems.csv"]
+    assert (tmp_path / "r_problems.csv").read_text().splitlines() == ["key,correct", "a,1"]
+    assert 'pip install "tritonforge[data]"' in tables_note(written)

@@ -22,7 +22,8 @@ from rich.table import Table
 
 from kbencheval.bench.common import console, stdout
 from kbencheval.bench.metrics import fast_p, geomean_speedup, paired_bootstrap
-from kbencheval.bench.report import build_report, fmt_fast, fmt_rate, fmt_rate_ci, fmt_speedup, write_tables
+from kbencheval.bench.report import (build_report, fmt_fast, fmt_rate, fmt_rate_ci, fmt_speedup, tables_note,
+                                     write_tables)
 from kbencheval.bench.store import RESULTS, read_results, run_dir
 
 PAIRED_RESAMPLES = 5000
@@ -199,6 +200,6 @@ def compare_main(cfg) -> int:
         print(json.dumps(cmp, indent=1))
     else:
         print_comparison(cmp)
-        console.print(f"HTML: {html_path}; per-problem table beside it as CSV and parquet")
+        console.print(f"HTML: {html_path}; per-problem {tables_note(cmp['tables'])}")
     return 0
 

@@ -383,12 +383,15 @@ SAMPLE_COLUMNS = ("problem_key", "level", "problem_id", "sample", "status", "com
 
 
 def write_tables(stem: Path, tables: dict[str, list[dict]]) -> list[Path]:
-    """<stem>_<name>.csv and .parquet for each table (one row per dict); returns the paths written."""
+    """<stem>_<name>.csv and, where pyarrow is installed (the data or train extra), .parquet for each table
+    (one row per dict); returns the paths written."""
     import csv
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ModuleNotFoundError:  # the core install: CSV only, and `tables_note` says how to get parquet
+        pa = pq = None
     written = []
     for name, rows in tables.items():
         columns = list(dict.fromkeys(k for row in rows for k in row))
@@ -397,9 +400,18 @@ def write_tables(stem: Path, tables: dict[str, list[dict]]) -> list[Path]:
             writer = csv.DictWriter(f, fieldnames=columns)
             writer.writeheader()
             writer.writerows(rows)
-        pq.write_table(pa.Table.from_pylist(rows), pq_path)
-        written += [csv_path, pq_path]
+        written.append(csv_path)
+        if pq is not None:
+            pq.write_table(pa.Table.from_pylist(rows), pq_path)
+            written.append(pq_path)
     return written
+
+
+def tables_note(written: list) -> str:
+    """How the tables beside an HTML page were written, for the command's last line."""
+    if any(str(p).endswith(".parquet") for p in written):
+        return "tables beside it as CSV and parquet"
+    return 'tables beside it as CSV (parquet needs pyarrow: pip install "tritonforge[data]")'
 
 
 def sample_rows(records: list[dict]) -> list[dict]:
@@ -435,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(report, indent=1))
         else:
             print_tables(report)
-            console.print(f"HTML report: {html_path} (plots in {plot_dir}; tables beside it as CSV and parquet)")
+            console.print(f"HTML report: {html_path} (plots in {plot_dir}; {tables_note(report['tables'])})")
         return 0
 
     return cli_main("report", body)
