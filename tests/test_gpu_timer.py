@@ -10,10 +10,10 @@ import types
 import pytest
 import torch
 
-from kbencheval.eval.inputs import make_inputs, output_digest
-from kbencheval.eval.protocol import TimingSpec, Trial
-from kbencheval.eval.result import Status
-from kbencheval.eval.timing import FreshInputs, Timer
+from kbencheval.eval.contract.inputs import make_inputs, output_digest
+from kbencheval.eval.contract.protocol import TimingSpec, Trial
+from kbencheval.eval import Status
+from kbencheval.eval.contract.timing import FreshInputs, Timer
 from tests.test_adversarial import RELU
 
 pytestmark = pytest.mark.gpu

@@ -43,9 +43,9 @@ def cases(n: int):
 
 def check_all(device: str) -> int:
     """Asserts the fused kernels equal the torch path on every case; returns how many were checked."""
-    from kbencheval.eval import judge_kernels
-    from kbencheval.eval.inputs import row_squares_torch
-    from kbencheval.eval.judge import compare_torch, finite_rms_torch
+    from kbencheval.eval.trusted import judge_kernels
+    from kbencheval.eval.contract.inputs import row_squares_torch
+    from kbencheval.eval.trusted.judge import compare_torch, finite_rms_torch
 
     n = 4096 * 2 + 1000 if device == "cpu" else (1 << 24) + 123  # a partial last block
     checked = 0
@@ -83,7 +83,7 @@ def test_fused_comparisons_match_the_torch_path_under_the_interpreter():
 
 
 def test_the_judge_takes_the_torch_path_on_the_cpu():
-    from kbencheval.eval import judge_kernels
+    from kbencheval.eval.trusted import judge_kernels
 
     x = torch.ones(4)
     assert not judge_kernels.usable(x) and not judge_kernels.usable(x.to(torch.complex64))
@@ -96,7 +96,7 @@ def test_fused_comparisons_match_the_torch_path_on_the_gpu():
 
 @pytest.mark.gpu
 def test_compare_tensor_uses_the_kernels_on_the_gpu(monkeypatch):
-    from kbencheval.eval import judge, judge_kernels
+    from kbencheval.eval.trusted import judge, judge_kernels
 
     r = torch.randn(1 << 20, device="cuda")
     g = r.clone()

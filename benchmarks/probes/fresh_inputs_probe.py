@@ -27,7 +27,7 @@ VARIANTS = ("plain", "capture_sync")
 def probe(rank: int, rounds: int, problems: int, out: str) -> None:
     """One process: every capture's per-replay differing fractions, written to `out`."""
     from kbencheval.dataset import load_bundled
-    from kbencheval.eval.inputs import load_problem_module, make_inputs
+    from kbencheval.eval.contract.inputs import load_problem_module, make_inputs
 
     device = torch.device("cuda", 0)
     records = []

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from kbencheval.eval import judge_kernels  # noqa: E402
-from kbencheval.eval.inputs import DIGEST_WIDTH, row_squares_torch  # noqa: E402
-from kbencheval.eval.judge import compare_torch, finite_rms_torch  # noqa: E402
+from kbencheval.eval.trusted import judge_kernels  # noqa: E402
+from kbencheval.eval.contract.inputs import DIGEST_WIDTH, row_squares_torch  # noqa: E402
+from kbencheval.eval.trusted.judge import compare_torch, finite_rms_torch  # noqa: E402
 
 SIZES = [(1 << 23, torch.float32), (1 << 26, torch.float32), (1 << 28, torch.float32), (1 << 26, torch.bfloat16)]
 
