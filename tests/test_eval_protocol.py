@@ -13,7 +13,7 @@ import torch
 
 from kbencheval.eval import EvalConfig
 from kbencheval.eval.contract.inputs import STRESS, make_inputs, stress_names
-from kbencheval.eval.trusted.judge import check_items, compare
+from kbencheval.eval.trusted.compare import check_items, compare
 from kbencheval.eval.contract.protocol import (Failure, OutputItem, Outputs, ProtocolError, Ready, RunPhase, Status, Trial, decode,
                                       encode)
 from kbencheval.eval.contract.seeds import STRESS_NAMES, RunSeeds

@@ -32,7 +32,8 @@ from kbencheval.dataset import ProblemError, load_bundled  # noqa: E402
 from kbencheval.eval.contract.inputs import (as_tensor_list, build_model, digest_bounds, inputs_fingerprint,  # noqa: E402
                                     load_problem_module, make_inputs, output_digest, pin_global_flags, sync)
 from kbencheval.eval.trusted import judge_kernels  # noqa: E402
-from kbencheval.eval.trusted.judge import Judge, compare  # noqa: E402
+from kbencheval.eval.trusted.judge import Judge  # noqa: E402
+from kbencheval.eval.trusted.compare import compare  # noqa: E402
 from kbencheval.eval.contract.protocol import Prepare, TimingSpec, Trial  # noqa: E402
 from kbencheval.eval.contract.seeds import RunSeeds, stress_names  # noqa: E402
 from kbencheval.eval.contract.timing import Timer  # noqa: E402

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -24,24 +23,25 @@ from pathlib import Path
 from kbencheval.dataset import Problem
 from kbencheval.eval.config import EvalConfig, check_device, timing_grade
 from kbencheval.eval.sharing.gate import DeviceGate
-from kbencheval.eval.processes.launch import Conn, Launch, Worker, accept_from
-from kbencheval.eval.contract.protocol import CandidateJob, Compare, JudgeJob, Prepare, Release, TimingSpec
+from kbencheval.eval.processes.launch import Conn, Launch, Worker
+from kbencheval.eval.contract.protocol import CandidateJob, Compare, Prepare, TimingSpec
 from kbencheval.eval.result import EvalResult, Status, feedback_text
-from kbencheval.eval.contract.errors import clip, tail
+from kbencheval.eval.contract.errors import clip
 from kbencheval.eval.processes.sandbox import reads
 from kbencheval.eval.processes.sandbox.env import scrub
 from kbencheval.eval.processes.server import HarnessError, _Server, bwrap_args, bwrap_profile, bwrap_works  # noqa: F401
 from kbencheval.eval.contract.seeds import RunSeeds, stress_names
-from kbencheval.eval.processes.lifecycle import kill_group
 from kbencheval.eval.sharing.rounds import timed_outputs_per_request
-from kbencheval.eval.trusted.session import Session, gate_window
+from kbencheval.eval.trusted.session import Session
+from kbencheval.eval.trusted.timing_checks import gate_window
 from kbencheval.eval.sharing.sizing import CUDA_CONTEXT_BYTES, DEVICE_MEMORY_FRACTION, device_bytes_needed
 from kbencheval.eval.trusted.screen import screen
+from kbencheval.eval.trusted.evaluator_processes import _WHOLE_DEVICE, EvaluatorProcesses
 
 __all__ = ["EvalConfig", "Evaluator", "HarnessError", "RunSeeds", "bwrap_works", "screen", "start_evaluators"]
 
 
-class Evaluator:
+class Evaluator(EvaluatorProcesses):
     """Evaluates candidates on one device, one at a time. Several Evaluators may share a GPU: their
     correctness work overlaps, and `gate` lets only one of them time at once (kbencheval/eval/sharing/gate.py)."""
 
@@ -83,14 +83,6 @@ class Evaluator:
     def __exit__(self, *exc):
         self.close()
 
-    def _kill_judge(self):
-        for pid in (self._judge_pid, self._judge_init):
-            if pid:
-                kill_group(pid)
-        self._judge = self._judge_pid = self._judge_init = None
-        self._judge_kept = 0
-        self._judge_untrimmed = False
-
     def wait_ready(self) -> None:
         """For `Evaluator(cfg, wait_ready=False)`: blocks until the fork server is up (HarnessError if it failed)."""
         self._server.wait_ready()
@@ -109,91 +101,11 @@ class Evaluator:
         """Active protection layers by name, then 'missing NAME: reason' for each layer that could not be had."""
         return self._server.protections + [f"missing {k}: {v}" for k, v in self._server.missing.items()]
 
-    def _ensure_server(self):
-        """A fork server that died (and the judge with it) is started again before the next candidate."""
-        if self._server.proc.poll() is None:
-            self._server.wait_ready()  # an Evaluator made with wait_ready=False
-            return
-        t0, why = time.monotonic(), f"exit status {self._server.proc.returncode}: " + \
-            tail(self._scratch / "forkserver.log", 2)
-        self._server.close()
-        self._kill_judge()
-        if self._spare is not None:  # died with its fork server
-            self._spare.kill()
-            self._spare = None
-        self._server = _Server(self.cfg, self._scratch, self._hide)
-        self.restarts["fork_server"] += 1
-        self._restarted = {"fork_server": why, "seconds": round(time.monotonic() - t0, 3)}
-
     def new_batch_seeds(self) -> RunSeeds:
         """Seeds to share across a batch of candidates (draw them after the candidates were generated)."""
         return RunSeeds.draw(trials=self.cfg.trials, timing_sets=self.cfg.timing_input_sets, seed=self.cfg.seed)
 
     # -- internals --
-    def _next_job(self) -> int:
-        self._job_counter += 1
-        return self._job_counter
-
-    def _fork_spare(self) -> None:
-        """Forks the next candidate's worker now (kbencheval/eval/processes/launch.py): after the last candidate's
-        worker and its leftovers were killed, before the next candidate is known. Only while the judge
-        lives: workers are forked into its PID namespace. Its CUDA context counts as this Evaluator's
-        standing memory until its candidate's reservation covers it."""
-        if self._spare is not None or self._judge is None:
-            return
-        try:
-            self._spare = Worker(self, self._next_job())
-        except (HarnessError, TimeoutError):
-            return  # the next candidate forks its own, and reports what fails then
-        if not self.cfg.on_cpu:
-            self.gate.stand(self._owner, self._judge_kept + CUDA_CONTEXT_BYTES)
-
-    def _spawn(self, job: dict, deadline: float) -> tuple[int, Conn]:
-        sock_path = os.path.join(job["job_dir"], "ctl.sock")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(sock_path)
-        listener.listen(1)
-        job["socket"] = sock_path
-        reply = self._server.call(op="spawn", job=job)
-        if "pid" not in reply:
-            listener.close()
-            raise HarnessError(reply.get("error", "the fork server could not start a worker"))
-        pid = reply["pid"]
-        if job["kind"] == "judge":  # PID 1 of its namespace: killing its parent does not kill it
-            self._judge_init = reply.get("init", pid)
-        try:
-            conn = accept_from(listener, {pid, reply.get("init", pid)},
-                               time.monotonic() + max(1.0, min(60.0, deadline - time.monotonic())))
-        except TimeoutError:
-            kill_group(pid)
-            raise HarnessError(f"worker {job['kind']} never connected; see {job['job_dir']}/worker.log") from None
-        finally:
-            listener.close()
-        return pid, Conn(conn, deadline)
-
-    def _judge_call(self, msg) -> dict:
-        if self._judge is None:
-            job_dir = tempfile.mkdtemp(prefix="judge-", dir=self._scratch)
-            self._judge_dir = job_dir
-            job = JudgeJob(job_dir=job_dir, device=self.cfg.device_index,
-                           cache_bytes=int(self.cfg.judge_cache_gb * 2**30)).to_dict()
-            self._judge_pid, self._judge = self._spawn(job, time.monotonic() + 120)
-            self.restarts["judge"] += self._judge_started
-            self._judge_started = True
-        self._judge.deadline = time.monotonic() + 600
-        try:
-            self._judge.send(msg)
-            line = self._judge.recv_line()
-        except OSError:  # broken pipe, or no answer within the deadline
-            line = None
-        if line is None:
-            self._kill_judge()
-            raise HarnessError(f"the judge process died: {tail(Path(self._judge_dir) / 'worker.log', 6)}")
-        reply = json.loads(line)
-        self._judge_kept = reply.get("reserved_bytes", self._judge_kept)
-        self._judge_untrimmed = isinstance(msg, Compare) and not msg.trim  # the Compare.trim it skipped
-        return reply
-
     # -- the public call --
     def evaluate(self, problem: Problem, text: str, *, backend: str | None = None,
                  seeds: RunSeeds | None = None) -> EvalResult:
@@ -330,27 +242,6 @@ class Evaluator:
                 # worker's CUDA context no room on the H100 (2026-11-25).
                 reservation.standing_after = self._judge_kept + CUDA_CONTEXT_BYTES  # and the spare to come
 
-    def _prepare_alone(self, prepare: Prepare, checks: dict) -> dict:
-        """The judge's prepare once more, after it ran out of device memory: with every other reservation
-        on the device ended, none admitted meanwhile, and no other work on the device. A prepare runs
-        before its candidate's reservation (whose size it tells), so it is counted nowhere: at the start of
-        a pass eight judges preparing at once filled an H100 (2026-11-26), and the Evaluator's own retry,
-        with the device to itself but the others' memory still held, failed the same way."""
-        with self.gate.reserve(_WHOLE_DEVICE, _WHOLE_DEVICE, gate_window(checks, "prepare_alone"),
-                               owner=self._owner) as reservation, self.gate.exclusive(gate_window(checks, "prepare")):
-            spare = CUDA_CONTEXT_BYTES if self._spare is not None else 0
-            reservation.standing_after = self._judge_kept + spare  # what stands again after it, even if the call fails
-            prep = self._judge_call(prepare)
-            reservation.standing_after = self._judge_kept + spare
-        checks["prepare_oom_retry"] = "the reference ran out of device memory beside other work; prepared again alone"
-        return prep
-
-    def _release_judge(self, keep_problem: bool = False) -> None:
-        try:
-            self._judge_call(Release(keep_problem=keep_problem))
-        except HarnessError:
-            pass  # a dead judge holds nothing; the next candidate starts a new one
-
     def _launch(self, problem, code, backend, seeds, sizes, output_bytes) -> Launch:
         """The candidate's job, for the spare worker (or, if there is none, one forked at `Launch.start`)."""
         cfg = self.cfg
@@ -402,7 +293,6 @@ class Evaluator:
 # Linear got CUBLAS_STATUS_ALLOC_FAILED beside eleven other Evaluators on an H100, 2026-11-26).
 _OUT_OF_MEMORY = re.compile(r"(CUDA|HIP)( error:)? out of memory|(CU|HIP)BLAS_STATUS_ALLOC_FAILED|"
                             r"(CU|MI)DNN_STATUS_ALLOC_FAILED")
-_WHOLE_DEVICE = 1 << 60  # a reservation that is admitted only alone (gate._admit) and keeps every other one out
 
 
 def _device_out_of_memory(result: EvalResult) -> bool:
