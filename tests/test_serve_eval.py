@@ -20,8 +20,8 @@ import pytest
 
 from kbencheval.dataset import load_bundled
 from kbencheval.eval import EvalConfig
-from kbencheval.eval.cli.service import ServiceUnavailable, bind_socket, config_mismatch, default_socket_path, ping, \
-    private_dir, request_eval
+from kbencheval.eval.cli.client import ping, request_eval
+from kbencheval.eval.cli.service import ServiceUnavailable, bind_socket, config_mismatch, default_socket_path, private_dir
 from tests.support import ENV
 from tests.test_harness_lifecycle import _alive, _descendants
 

@@ -43,7 +43,7 @@ def test_a_module_is_patched_when_it_is_imported_not_before(tmp_path, monkeypatc
     """The launch tracker wraps cpp_extension's load_inline only once something imports it."""
     import sys
 
-    from kbencheval.eval.untrusted.tripwires import when_imported
+    from kbencheval.eval.untrusted.recorders import when_imported
 
     (tmp_path / "kb_lazy_probe.py").write_text("def load_inline():\n    return 'real'\n")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -45,7 +45,7 @@ def step_times(timer: Timer, trials: list[Trial], device) -> dict:
         return value
 
     for trial in trials:
-        # What iterations did before timing.FreshInputs (a new set, copied over), kept for comparison ...
+        # What iterations did before fresh_inputs.FreshInputs (a new set, copied over), kept for comparison ...
         fresh = timed("make_inputs", lambda: make_inputs(timer.module, trial, device))
         timed("copy_to_static", lambda: [s.copy_(v) for s, v in zip(timer.static_in, fresh) if isinstance(s, torch.Tensor)])
         del fresh

@@ -37,7 +37,8 @@ from kbencheval.eval.trusted.compare import compare  # noqa: E402
 from kbencheval.eval.contract.protocol import Prepare, TimingSpec, Trial  # noqa: E402
 from kbencheval.eval.contract.seeds import RunSeeds, stress_names  # noqa: E402
 from kbencheval.eval.contract.timing import Timer  # noqa: E402
-from kbencheval.eval.untrusted.tripwires import LaunchTracker, OpCapture, Tripwires, poison  # noqa: E402
+from kbencheval.eval.untrusted.recorders import LaunchTracker, OpCapture  # noqa: E402
+from kbencheval.eval.untrusted.tripwires import Tripwires, poison  # noqa: E402
 
 
 class Steps:

@@ -30,7 +30,8 @@ def child_steps(device: str) -> dict:
     from kbencheval.dataset import load_bundled
     from kbencheval.eval.untrusted.audit import install_for_worker
     from kbencheval.eval.contract.inputs import load_problem_module, pin_global_flags
-    from kbencheval.eval.untrusted.tripwires import LaunchTracker, Tripwires
+    from kbencheval.eval.untrusted.recorders import LaunchTracker
+    from kbencheval.eval.untrusted.tripwires import Tripwires
 
     problem = load_bundled(1)[0]
     steps = [("launch_tracker", lambda: LaunchTracker().install()),

@@ -24,7 +24,8 @@ from pathlib import Path
 from kbencheval.config import ConfigError, apply_overrides
 from kbencheval.dataset import ProblemError, get_problem, load_problem_file
 from kbencheval.eval.config import EvalConfig, check_device
-from kbencheval.eval.cli.service import ServiceUnavailable, default_socket_path, private_dir, request_eval
+from kbencheval.eval.cli.client import request_eval
+from kbencheval.eval.cli.service import ServiceUnavailable, default_socket_path, private_dir
 
 
 def _parser() -> argparse.ArgumentParser:

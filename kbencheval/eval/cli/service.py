@@ -1,4 +1,5 @@
-"""A persistent local evaluator: one `Evaluator` answering `kbench check` over a Unix domain socket.
+"""A persistent local evaluator: one `Evaluator` answering `kbench check` over a Unix domain socket (its
+client: client.py).
 
     kbench serve-eval --device cuda:0                 # then, in any shell of the same user:
     kbench check --ref p.py --kernel k.py --device cuda:0 --json     # served when the config matches
@@ -309,62 +310,3 @@ def bind_socket(path: Path) -> socket.socket:
         os.umask(old)
     sock.listen(64)
     return sock
-
-
-# -- the client --
-def _connect(path: Path) -> socket.socket:
-    if not os.path.lexists(path):
-        raise ServiceUnavailable(f"no evaluation server at {path}")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(5)
-    try:
-        sock.connect(str(path))
-    except OSError as e:
-        sock.close()
-        raise ServiceUnavailable(f"no evaluation server answers at {path} ({e.strerror or e})") from None
-    uid = _peer_uid(sock)
-    if uid != os.getuid():  # someone else's process could forge verdicts
-        sock.close()
-        raise ServiceUnavailable(f"the server at {path} runs as uid {uid}, not as you: remove it or pass --socket")
-    return sock
-
-
-def _call(path: Path, request: dict, deadline_s: float) -> dict:
-    sock = _connect(path)
-    try:
-        sock.settimeout(30)
-        sock.sendall((json.dumps(request) + "\n").encode())
-        line = _recv_line(sock, time.monotonic() + deadline_s, limit=1 << 30)
-    except TimeoutError:
-        raise ServiceUnavailable(f"the server at {path} did not answer within {deadline_s:.0f} s") from None
-    except (OSError, ValueError) as e:
-        raise ServiceUnavailable(f"the connection to the server at {path} failed ({e})") from None
-    finally:
-        sock.close()
-    try:
-        reply = json.loads(line) if line is not None else None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        reply = None
-    if not isinstance(reply, dict):
-        raise ServiceUnavailable(f"the server at {path} closed the connection without a readable reply")
-    return reply
-
-
-def ping(path: Path, timeout_s: float = 10.0) -> dict:
-    return _call(Path(path), {"op": "ping"}, timeout_s)
-
-
-def request_eval(path: Path, problem: Problem, text: str, cfg: EvalConfig, *, wait_s: float = 600.0) -> EvalResult:
-    """The served verdict, or ServiceUnavailable (one line: no server, config mismatch, refusal) to fall back on."""
-    path = Path(path)
-    request = {"op": "evaluate", "candidate": text, "config": dataclasses.asdict(cfg), "wait_s": wait_s,
-               "code": code_version(),
-               "problem": {"source": problem.source, "name": problem.name, "level": problem.level,
-                           "problem_id": problem.problem_id, "path": problem.path}}
-    reply = _call(path, request, wait_s + cfg.timeout_s + REPLY_MARGIN_S)
-    if "refused" in reply:
-        raise ServiceUnavailable(f"{reply.get('message', reply['refused'])} (server at {path})")
-    try:
-        return EvalResult.from_dict(reply)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ServiceUnavailable(f"the server at {path} sent a reply that is no EvalResult ({e})") from None

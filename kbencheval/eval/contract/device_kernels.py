@@ -25,7 +25,7 @@ from ctypes import Structure, byref, c_char_p, c_int, c_size_t, c_uint, c_void_p
 # Triton candidate never produces one; only backend=cuda candidates write C++ kernels of their own.
 CPP_NAME = re.compile(r"^_Z|::|[<(]")
 
-# Memory-only ATen kernels behind the ops every candidate may call (tripwires.ALWAYS_ALLOWED:
+# Memory-only ATen kernels behind the ops every candidate may call (recorders.ALWAYS_ALLOWED:
 # zeros/full/fill_/zero_, clone/contiguous/to/copy_, arange). Checked before anything else.
 MEMORY_ONLY = re.compile(r"(at6native|at::native).*(FillFunctor|(direct|b?float(16|8)|bfloat16tofloat32)_copy_kernel_cuda"
                          r"|arange_cuda_out)")

@@ -20,7 +20,7 @@ def device_bytes_needed(prep: dict, cfg: EvalConfig, copies_inputs: bool = False
     for the reference (`call_peak_bytes`: one call's inputs, intermediates and outputs; the model's
     weights). Each side holds its model, a call's peak in its timer (its inputs regenerated in place;
     where the problem's timers are known to copy fresh inputs instead, a second input set:
-    `copies_inputs`, learnt from the judge's timer, timing.FreshInputs) and an L2 flush buffer; the
+    `copies_inputs`, learnt from the judge's timer, fresh_inputs.FreshInputs) and an L2 flush buffer; the
     worker also a trial's exported outputs until the judge has read them (timed outputs are recomputed
     into the timer's own buffers, and all but the last of a request's copied out); the judge also its
     cached reference outputs, its snapshot of a timed output and the comparison's float64 slices. An

@@ -71,7 +71,7 @@ class Evaluator(EvaluatorProcesses):
         self._lock = threading.Lock()
         self._job_counter = 0
         self._alone = False  # set while a candidate is re-run with the device to itself (see evaluate)
-        self._copies_inputs: set[int] = set()  # problems whose timers copy fresh inputs (timing.FreshInputs)
+        self._copies_inputs: set[int] = set()  # problems whose timers copy fresh inputs (fresh_inputs.FreshInputs)
         self._versions = _versions()
         self._device_name = self.cfg.device_index
         self._restarted: dict | None = None  # the fork server restarted for the next candidate (checks)

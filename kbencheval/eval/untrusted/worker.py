@@ -27,7 +27,8 @@ from kbencheval.eval.sharing.kernel_cache import FOLDER_ENV, KernelLookup
 from kbencheval.eval.sharing.parts import Parts
 from kbencheval.eval.contract.transfer import NotPlainOutput, export_tensors, modes, plain_outputs
 from kbencheval.eval.untrusted.timed import TimedPhases
-from kbencheval.eval.untrusted.tripwires import LaunchTracker, OpCapture, Tripwires, poison, start_thread_pools
+from kbencheval.eval.untrusted.recorders import LaunchTracker, OpCapture
+from kbencheval.eval.untrusted.tripwires import Tripwires, poison, start_thread_pools
 
 
 class CandidateWorker(TimedPhases):
