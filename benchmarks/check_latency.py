@@ -31,7 +31,8 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("P
 
 
 def _server(sock: Path, device: str, overrides: list[str], log: Path) -> tuple[subprocess.Popen, float]:
-    from kbencheval.eval.service import ServiceUnavailable, ping
+    from kbencheval.eval.cli.client import ping
+    from kbencheval.eval.cli.service import ServiceUnavailable
 
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "kbencheval.cli", "serve-eval", "--device", device, "--socket",

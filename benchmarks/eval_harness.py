@@ -7,7 +7,7 @@
     python benchmarks/eval_harness.py --device cuda --compare-kernelbench ~/KernelBench   # theirs beside ours
 
 `--workers-per-device N` runs N Evaluators on the device from N threads: compile and correctness
-overlap, timing is one at a time (kbencheval/eval/gate.py); the summary adds how long timings waited.
+overlap, timing is one at a time (kbencheval/eval/sharing/gate.py); the summary adds how long timings waited.
 Each pass after the first hands out the problems that took longest before first (`--order suite`:
 always the suite's order), as the reward pool does across RL steps.
 
@@ -43,10 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernelbench_compare  # noqa: E402  (beside this file)
 from kbencheval.dataset import load_bundled  # noqa: E402
-from kbencheval.eval.harness import EvalConfig, start_evaluators  # noqa: E402
-from kbencheval.eval import kernel_cache, launchers  # noqa: E402
+from kbencheval.eval.trusted.harness import EvalConfig, start_evaluators  # noqa: E402
+from kbencheval.eval.sharing import kernel_cache, launchers  # noqa: E402
 from kbencheval.eval.config import device_memory_per_evaluator  # noqa: E402
-from kbencheval.eval.schedule import EvalSeconds  # noqa: E402
+from kbencheval.eval.sharing.schedule import EvalSeconds  # noqa: E402
 
 
 def cold_start_seconds(device: str, runs: int = 3) -> float:
@@ -98,7 +98,7 @@ class GpuBusy:
 def run_pass(evaluators: list, problems: list, rows: dict, name: str, meta: dict,
              history: EvalSeconds | None = None) -> None:
     """Every bundled solution once; one thread per Evaluator pulls from a shared queue, in the suite's
-    order or, with `history`, the longest expected first (kbencheval/eval/schedule.py)."""
+    order or, with `history`, the longest expected first (kbencheval/eval/sharing/schedule.py)."""
     t_pass = time.perf_counter()
     todo: queue.Queue = queue.Queue()
     order = history.longest_first([p.key for p in problems]) if history else range(len(problems))

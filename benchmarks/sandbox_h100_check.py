@@ -41,7 +41,7 @@ def main() -> int:
     import pytest
 
     from kbencheval.dataset import load_bundled
-    from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.eval import EvalConfig, Evaluator
 
     relu = next(p for p in load_bundled(1) if p.problem_id == 1)
     t = time.perf_counter()

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kbencheval.dataset import load_bundled  # noqa: E402
-from kbencheval.eval.harness import EvalConfig, Evaluator, bwrap_works  # noqa: E402
+from kbencheval.eval.trusted.harness import EvalConfig, Evaluator, bwrap_works  # noqa: E402
 
 
 def pct(values, q):

@@ -8,7 +8,7 @@
 
 Docker's default refuses unshare, setns and the mount calls to a container without CAP_SYS_ADMIN, so the
 sandbox's user, PID, mount and network namespaces are lost there and evaluation refuses to start
-(kbencheval/eval/sandbox/minimum.py). This adds one rule allowing whichever of the sandbox's syscalls the
+(kbencheval/eval/processes/sandbox/minimum.py). This adds one rule allowing whichever of the sandbox's syscalls the
 given profile does not allow outright; everything else stays Docker's. The sandbox makes its namespaces
 inside its own user namespace, so the container gains no privilege over the host. `apparmor=unconfined`:
 Docker's AppArmor profile denies mount (hosts without AppArmor ignore it); `systempaths=unconfined`: a
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kbencheval.eval.sandbox.minimum import SANDBOX_SYSCALLS  # noqa: E402
+from kbencheval.eval.processes.sandbox.minimum import SANDBOX_SYSCALLS  # noqa: E402
 
 
 def allowed_outright(profile: dict) -> set[str]:

@@ -20,8 +20,8 @@ import sys
 
 # subcommand -> (module with `main(argv) -> int`, one-line help)
 SUBCOMMANDS = {
-    "check": ("kbencheval.eval.check_cli", "evaluate one candidate against one problem"),
-    "serve-eval": ("kbencheval.eval.serve_cli", "keep one Evaluator warm for kbench check (Unix socket)"),
+    "check": ("kbencheval.eval.cli.check", "evaluate one candidate against one problem"),
+    "serve-eval": ("kbencheval.eval.cli.serve", "keep one Evaluator warm for kbench check (Unix socket)"),
     "run-one": ("kbencheval.bench.run_one", "generate one kernel with an LLM and evaluate it"),
     "generate": ("kbencheval.bench.generate", "generate N samples per problem into runs/<name>/"),
     "eval": ("kbencheval.bench.evaluate", "evaluate a run's generations (resumable, all GPUs)"),

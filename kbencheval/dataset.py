@@ -19,7 +19,7 @@ import hashlib
 import re
 from pathlib import Path
 
-# Which stress trials (scaled/shifted inputs) a problem admits; kbencheval/eval/inputs.py maps them.
+# Which stress trials (scaled/shifted inputs) a problem admits; kbencheval/eval/contract/inputs.py maps them.
 # unit_scale: a softmax over matmul logits is ill-conditioned at large inputs. TF32 matmul rounding grows
 # with the logits' scale, so an honest TF32 kernel can fail the x100 trial (L2_12, L3_2).
 INPUT_DOMAINS = ("any", "positive", "unit_scale", "none")

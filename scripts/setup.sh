@@ -26,7 +26,7 @@ fi
 # tests), sglang (sglang-router, so the router tests run against the real router in front of `kbench serve`).
 # The evaluator alone is `pip install tritonforge` (tests/test_installs.py checks that in a fresh venv).
 $pip install -q -c constraints.txt -e ".[dev,all]"
-# The candidate sandbox is built from kernel features (kbencheval/eval/sandbox, no package needed);
+# The candidate sandbox is built from kernel features (kbencheval/eval/processes/sandbox, no package needed);
 # bubblewrap, where installed, adds an outer read-only-filesystem, no-network layer around it.
 if ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1)) \

@@ -14,7 +14,7 @@ import importlib
 from typing import Any, Callable, Literal
 
 from kbencheval.config import ConfigError, from_dict, load_config, section_chosen_by  # noqa: F401  (re-exported)
-from kbencheval.eval.harness import EvalConfig
+from kbencheval.eval import EvalConfig
 from kbencheval.llm.base import resolve_model_path
 from smart.backends import BACKENDS, backend_config_class
 

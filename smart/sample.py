@@ -21,7 +21,7 @@ import enum
 import json
 from typing import Any
 
-from kbencheval.eval.result import EvalResult
+from kbencheval.eval import EvalResult
 
 
 class SampleStatus(str, enum.Enum):

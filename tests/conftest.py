@@ -51,7 +51,7 @@ def local_ray():
 # caught by the run-time and device-side defences alone.
 @pytest.fixture(scope="module")
 def gpu_eval():
-    from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.eval import EvalConfig, Evaluator
 
     with Evaluator(EvalConfig(device="cuda", iters=20, timeout_s=120)) as ev:
         yield ev
@@ -59,7 +59,7 @@ def gpu_eval():
 
 @pytest.fixture(scope="module")
 def gpu_runtime_only():
-    from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.eval import EvalConfig, Evaluator
 
     with Evaluator(EvalConfig(device="cuda", iters=20, timeout_s=120, static_checks=False)) as ev:
         yield ev

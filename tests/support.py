@@ -114,8 +114,8 @@ def record_requests(monkeypatch, ev) -> tuple[list, list]:
     """Records, in turn, what `ev`'s sessions ask the worker and the judge: (order, compares). `order`:
     ("worker" or "judge", phase, trials) per request, the judge's timer setups as phase "timing_setup";
     `compares`: the judge's Compare messages."""
-    from kbencheval.eval.protocol import Compare, TimeReference
-    from kbencheval.eval.session import Session
+    from kbencheval.eval.contract.protocol import Compare, TimeReference
+    from kbencheval.eval.trusted.session import Session
 
     order, compares, request, call = [], [], Session.request, ev._judge_call
     monkeypatch.setattr(Session, "request", lambda self, msg: (order.append(("worker", msg.phase, msg.trials)),

@@ -16,8 +16,8 @@ import time
 import pytest
 
 from kbencheval.dataset import load_bundled
-from kbencheval.eval.harness import EvalConfig, Evaluator, bwrap_works
-from kbencheval.eval.result import Status
+from kbencheval.eval.trusted.harness import EvalConfig, Evaluator, bwrap_works
+from kbencheval.eval import Status
 
 RELU = next(p for p in load_bundled(1) if p.problem_id == 1)
 

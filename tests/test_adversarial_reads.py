@@ -15,8 +15,8 @@ import pytest
 
 import kbencheval
 from kbencheval.dataset import load_bundled
-from kbencheval.eval.harness import EvalConfig, Evaluator
-from kbencheval.eval.result import Status
+from kbencheval.eval import EvalConfig, Evaluator
+from kbencheval.eval import Status
 from tests.test_adversarial import HEADER, RELU
 
 SOLVED = next(p for p in load_bundled(1) if p.problem_id == 10)  # its solution is what the candidates read

@@ -17,9 +17,9 @@ import textwrap
 import pytest
 
 from kbencheval.dataset import load_bundled, parse_problem
-from kbencheval.eval.harness import EvalConfig, Evaluator
-from kbencheval.eval.result import Status
-from kbencheval.eval.rounds import round_sizes
+from kbencheval.eval import EvalConfig, Evaluator
+from kbencheval.eval import Status
+from kbencheval.eval.sharing.rounds import round_sizes
 from tests.test_adversarial import HEADER, RELU
 
 ARGMAX = next(p for p in load_bundled(1) if p.problem_id == 10)
@@ -181,7 +181,7 @@ class ModelNew(nn.Module):
         return y
 ''', {Status.REJECTED}, {Status.REJECTED}, ""),
     "import_alias_rebinds_worker": (3, RELU, '''
-import kbencheval.eval.tripwires as tw
+import kbencheval.eval.untrusted.tripwires as tw
 tw.OpCapture.__torch_dispatch__ = lambda self, func, types, args=(), kwargs=None: func(*args, **(kwargs or {}))
 class ModelNew(nn.Module):
     def forward(self, x):

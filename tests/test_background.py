@@ -1,4 +1,4 @@
-"""The harness's optional background work (kbencheval/eval/background.py): in order, errors carried
+"""The harness's optional background work (kbencheval/eval/sharing/background.py): in order, errors carried
 to the caller, and never holding the process's exit."""
 
 import os
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kbencheval.eval.background import SerialBackground
+from kbencheval.eval.sharing.background import SerialBackground
 
 
 def test_calls_run_in_order_and_errors_reach_the_caller():
@@ -22,7 +22,7 @@ def test_calls_run_in_order_and_errors_reach_the_caller():
 
 
 def test_queued_work_does_not_hold_the_exit():
-    probe = ("import time\nfrom kbencheval.eval.background import SerialBackground\n"
+    probe = ("import time\nfrom kbencheval.eval.sharing.background import SerialBackground\n"
              "b = SerialBackground('test')\nfor _ in range(3):\n    b.submit(time.sleep, 30)\n")
     t = time.monotonic()
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
@@ -30,7 +30,7 @@ def test_queued_work_does_not_hold_the_exit():
 
 
 def test_the_process_folder_goes_with_its_process():
-    probe = "from kbencheval.eval.background import process_folder\nprint(process_folder('kbench-test-'))\n"
+    probe = "from kbencheval.eval.sharing.background import process_folder\nprint(process_folder('kbench-test-'))\n"
     folder = subprocess.run([sys.executable, "-c", probe], check=True, timeout=60, capture_output=True,
                             text=True).stdout.strip()
     assert folder.startswith("/var/tmp/kbench-test-")

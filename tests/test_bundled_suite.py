@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from kbencheval.dataset import load_bundled
-from kbencheval.eval.harness import EvalConfig, Evaluator
-from kbencheval.eval.inputs import as_tensor_list, build_model, load_problem_module, make_inputs
-from kbencheval.eval.judge import compare
+from kbencheval.eval import EvalConfig, Evaluator
+from kbencheval.eval.contract.inputs import as_tensor_list, build_model, load_problem_module, make_inputs
+from kbencheval.eval.trusted.compare import compare
 
 PROBLEMS = [p for level in (1, 2, 3) for p in load_bundled(level)]
 CPU = torch.device("cpu")

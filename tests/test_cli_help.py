@@ -83,7 +83,7 @@ def test_one_vocabulary_across_run_one_generate_eval_and_reward():
     from kbencheval.bench.evaluate import EvalRunConfig
     from kbencheval.bench.generate import GenerateConfig
     from kbencheval.bench.run_one import RunOneConfig
-    from kbencheval.eval.harness import EvalConfig
+    from kbencheval.eval import EvalConfig
     from smart.config import RewardConfig
 
     shared = {f.name for f in dataclasses.fields(DatasetConfig)} | {f.name for f in dataclasses.fields(ClientConfig)}

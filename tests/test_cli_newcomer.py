@@ -14,9 +14,10 @@ import torch
 from kbencheval.bench.common import resolve_devices
 from kbencheval.config import ConfigError
 from kbencheval.dataset import load_bundled
-from kbencheval.eval import check_cli, harness, serve_cli
-from kbencheval.eval.config import EvalConfig
-from kbencheval.eval.result import EvalResult, Status
+from kbencheval.eval.cli import check as check_cli, serve as serve_cli
+from kbencheval.eval.trusted import harness
+from kbencheval.eval import EvalConfig
+from kbencheval.eval import EvalResult, Status
 from kbencheval.extract import extract_code
 
 REPO = Path(__file__).resolve().parents[1]

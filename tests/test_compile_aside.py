@@ -11,10 +11,10 @@ import types
 import pytest
 import torch
 
-from kbencheval.eval.gate import DeviceGate
-from kbencheval.eval.protocol import (Compiled, Compiling, Failure, Outputs, ProtocolError, Resume, RunPhase, Status,
+from kbencheval.eval.sharing.gate import DeviceGate
+from kbencheval.eval.contract.protocol import (Compiled, Compiling, Failure, Outputs, ProtocolError, Resume, RunPhase, Status,
                                       Trial)
-from kbencheval.eval.session import Session, _Verdict
+from kbencheval.eval.trusted.session import Session, _Verdict
 
 
 class ScriptedWorker:
@@ -125,7 +125,7 @@ class RecordingChannel:
 
 
 def test_the_worker_tells_the_harness_around_each_compile_and_waits_to_resume():
-    from kbencheval.eval.compile_aside import CompileAside
+    from kbencheval.eval.sharing.compile_aside import CompileAside
 
     chan = RecordingChannel()
     aside = CompileAside(chan, torch.device("cpu"))
@@ -149,7 +149,7 @@ def test_the_worker_wraps_tritons_compile_step(monkeypatch):
     """Triton 3.x compiles in JITFunction._do_compile; the wrapped step runs inside the window."""
     from triton.runtime.jit import JITFunction
 
-    from kbencheval.eval.compile_aside import CompileAside
+    from kbencheval.eval.sharing.compile_aside import CompileAside
 
     chan = RecordingChannel()
     monkeypatch.setattr(JITFunction, "_do_compile",

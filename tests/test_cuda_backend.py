@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from kbencheval.dataset import load_bundled
-from kbencheval.eval.harness import EvalConfig, Evaluator
-from kbencheval.eval.result import Status
+from kbencheval.eval import EvalConfig, Evaluator
+from kbencheval.eval import Status
 
 RELU = next(p for p in load_bundled(1) if p.problem_id == 1)
 

@@ -11,7 +11,7 @@ import pytest
 
 from kbencheval.config import ConfigError, apply_overrides, load_config
 from kbencheval.dataset import ProblemError, get_problem, load_bundled, load_huggingface, load_local, parse_problem
-from kbencheval.eval.harness import EvalConfig
+from kbencheval.eval import EvalConfig
 
 RELU = next(p for p in load_bundled(1) if p.problem_id == 1)
 

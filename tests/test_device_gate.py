@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from kbencheval.eval import gate as gate_module
-from kbencheval.eval.gate import DeviceGate, physical_device_key
+from kbencheval.eval.sharing import gate as gate_module
+from kbencheval.eval.sharing.gate import DeviceGate, physical_device_key
 from tests.support import another_reservation, out_of_memory_once
 
 
@@ -197,7 +197,7 @@ def test_two_evaluators_on_one_device_never_time_while_the_other_checks(tmp_path
     """Two Evaluators on one (CPU) device evaluate concurrently; the timing window of each candidate
     overlaps no correctness or timing window of the other's."""
     from kbencheval.dataset import load_bundled
-    from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.eval import EvalConfig, Evaluator
 
     relu = next(p for p in load_bundled(1) if p.problem_id == 1)
     text = "```python\n" + relu.solution_source + "```"
@@ -229,7 +229,7 @@ def test_a_device_out_of_memory_error_is_retried_with_the_device_alone():
     """Evaluators sharing a GPU can take the memory an honest candidate needs (4 per H100 failed 11 of
     40 bundled solutions that way): a CUDA OOM verdict is re-run once under the exclusive gate."""
     from kbencheval.dataset import load_bundled
-    from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.eval import EvalConfig, Evaluator
 
     relu = next(p for p in load_bundled(1) if p.problem_id == 1)
     head = "def forward(self, x: torch.Tensor) -> torch.Tensor:"
@@ -258,8 +258,8 @@ def test_a_device_out_of_memory_error_is_retried_with_the_device_alone():
 
 
 def test_device_out_of_memory_errors_are_told_from_other_errors():
-    from kbencheval.eval.harness import _device_out_of_memory
-    from kbencheval.eval.result import EvalResult, Status
+    from kbencheval.eval.trusted.harness import _device_out_of_memory
+    from kbencheval.eval import EvalResult, Status
 
     def oom(error: str, status=Status.RUNTIME_ERROR) -> bool:
         return _device_out_of_memory(EvalResult(status, error=error))
@@ -279,8 +279,8 @@ def test_a_reference_that_ran_out_of_memory_is_prepared_again_once_every_reserva
     judges starting a pass at once filled an H100, and an honest candidate got `the reference itself
     failed`. Its prepare runs again once no reservation is held, and the candidate is judged as usual."""
     from kbencheval.dataset import load_bundled
-    from kbencheval.eval.harness import EvalConfig, Evaluator
-    from kbencheval.eval.protocol import Prepare
+    from kbencheval.eval import EvalConfig, Evaluator
+    from kbencheval.eval.contract.protocol import Prepare
 
     relu = next(p for p in load_bundled(1) if p.problem_id == 1)
     with Evaluator(EvalConfig(device="cpu", trials=1, stress_trials=False, timeout_s=60)) as ev:
@@ -322,7 +322,7 @@ def test_a_worker_killed_by_a_driver_out_of_memory_error_names_it_and_is_retried
     """torch's CUDA errors end in three lines of advice; a worker that dies of one ("CUDA error: out of
     memory", e.g. its context created on a full device) must say so, and is re-run with the device alone."""
     from kbencheval.dataset import load_bundled
-    from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.eval import EvalConfig, Evaluator
 
     relu = next(p for p in load_bundled(1) if p.problem_id == 1)
     head = "def forward(self, x: torch.Tensor) -> torch.Tensor:"
@@ -384,7 +384,7 @@ def test_what_an_idle_judge_keeps_counts_against_the_others_until_its_evaluator_
 
 
 def test_a_spare_worker_counts_as_standing_memory_until_its_candidate_reserves(tmp_path):
-    """An Evaluator forks its next worker between candidates (kbencheval/eval/launch.py): that worker's
+    """An Evaluator forks its next worker between candidates (kbencheval/eval/processes/launch.py): that worker's
     CUDA context stands beside the judge's memory, holding back others' candidates until its own
     candidate's reservation covers it."""
     import os
@@ -421,8 +421,8 @@ def test_modelnew_is_built_at_the_first_request_not_before_ready():
     """The worker says Ready once its candidate is imported and compiled; ModelNew's constructor (candidate
     code that may take device memory) runs at the first request, after its memory reservation was admitted."""
     from kbencheval.dataset import load_bundled
-    from kbencheval.eval.harness import EvalConfig, Evaluator
-    from kbencheval.eval.result import Status
+    from kbencheval.eval import EvalConfig, Evaluator
+    from kbencheval.eval import Status
 
     relu = next(p for p in load_bundled(1) if p.key == "L1_1_ReLU")
     head = "super().__init__()"

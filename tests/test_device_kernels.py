@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kbencheval.eval.device_kernels import _KernelNodeParams, check_report, device_report, kernel_class, kernel_violation
-from kbencheval.eval.protocol import Outputs, ProtocolError, Status
+from kbencheval.eval.contract.device_kernels import _KernelNodeParams, check_report, device_report, kernel_class, kernel_violation
+from kbencheval.eval.contract.protocol import Outputs, ProtocolError, Status
 
 # Triton names a kernel after its Python function; plain words like gemm or flash are fair names.
 TRITON = ["add_kernel", "fused_softmax_kernel", "matmul_kernel", "gemm_kernel", "my_gemm", "flash_fwd_kernel",
@@ -124,7 +124,7 @@ def test_kernel_node_params_have_cudas_layout():
 
 
 def _session(on_cpu=False, allowed_ops=()):
-    from kbencheval.eval.session import Session
+    from kbencheval.eval.trusted.session import Session
 
     session = Session.__new__(Session)
     session.checks, session.kernels = {}, {}
@@ -153,7 +153,7 @@ def test_a_gpu_worker_that_omits_its_kernels_breaks_the_protocol():
 
 
 def test_the_harness_rejects_library_kernels_and_records_what_ran():
-    from kbencheval.eval.session import _Verdict
+    from kbencheval.eval.trusted.session import _Verdict
 
     session = _session()
     assert session.check_device_kernels(_setup(GRAPH), reference=GRAPH) == "graph"
@@ -172,7 +172,7 @@ def test_the_harness_rejects_library_kernels_and_records_what_ran():
 
 
 def test_a_failed_enumeration_is_recorded_and_rejected_only_where_the_judges_worked():
-    from kbencheval.eval.session import _Verdict
+    from kbencheval.eval.trusted.session import _Verdict
 
     failed = {"source": "graph", "error": "DeviceKernelsError: cuFuncGetName returned 500 (CUDA_ERROR_NOT_FOUND)"}
     session = _session()

@@ -53,7 +53,7 @@ def test_sft_then_rl_single_then_multi_turn(tmp_path, local_ray, tiny_model):
     from kbencheval.dataset import get_problem
     from kbencheval.prompts import build_prompt
     from smart.config import RLConfig, SFTConfig, load_config
-    from kbencheval.eval.result import Status
+    from kbencheval.eval import Status
     from smart.reward.presets import shaped_reward
     from smart.sft import train_sft
     from smart.tracking import load_rollouts

@@ -42,7 +42,7 @@ def test_the_ledger_gap_is_what_the_gpu_holds_beyond_the_ledgers_count(tmp_path,
     whole-device reservation (a candidate re-run alone) is not a memory figure and stays out of the gaps."""
     import ledger_vs_device_memory as probe
 
-    from kbencheval.eval.gate import DeviceGate
+    from kbencheval.eval.sharing.gate import DeviceGate
 
     gate = DeviceGate("cuda:0", lock_dir=str(tmp_path))
     gate.stand("judge-a", 3 << 30)

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from kbencheval.eval.config import EvalConfig
-from kbencheval.eval.inputs import STRESS, make_inputs, stress_names
-from kbencheval.eval.judge import check_items, compare
-from kbencheval.eval.protocol import (Failure, OutputItem, Outputs, ProtocolError, Ready, RunPhase, Status, Trial, decode,
+from kbencheval.eval import EvalConfig
+from kbencheval.eval.contract.inputs import STRESS, make_inputs, stress_names
+from kbencheval.eval.trusted.compare import check_items, compare
+from kbencheval.eval.contract.protocol import (Failure, OutputItem, Outputs, ProtocolError, Ready, RunPhase, Status, Trial, decode,
                                       encode)
-from kbencheval.eval.seeds import STRESS_NAMES, RunSeeds
+from kbencheval.eval.contract.seeds import STRESS_NAMES, RunSeeds
 
 
 def test_messages_round_trip_and_bad_ones_are_protocol_errors():
@@ -128,7 +128,7 @@ def test_eval_config_validate_names_the_fix_and_never_mutates():
 @pytest.mark.slow
 def test_evaluator_records_its_seeds_and_shares_batch_seeds():
     from kbencheval.dataset import load_bundled
-    from kbencheval.eval.harness import Evaluator
+    from kbencheval.eval import Evaluator
 
     relu = next(p for p in load_bundled(1) if p.problem_id == 1)
     text = "```python\n" + relu.solution_source + "```"
@@ -144,7 +144,7 @@ def test_evaluator_records_its_seeds_and_shares_batch_seeds():
 
 
 def _bare_session():
-    from kbencheval.eval.session import Session
+    from kbencheval.eval.trusted.session import Session
 
     session = Session.__new__(Session)
     session.checks = {}
@@ -157,7 +157,7 @@ def _round(new_events_s: float, new_wall_s: float) -> dict:
 
 
 def test_the_wall_clock_bounds_the_candidates_event_figures():
-    from kbencheval.eval.session import _Verdict
+    from kbencheval.eval.trusted.session import _Verdict
 
     session = _bare_session()
     session.check_wall_bound([_round(0.025, 0.027)] * 4)  # honest: 25 ms of events in a 27 ms round
@@ -167,7 +167,7 @@ def test_the_wall_clock_bounds_the_candidates_event_figures():
 
 
 def test_one_round_slowed_by_the_host_is_noise_but_most_rounds_are_not():
-    from kbencheval.eval.session import _Verdict
+    from kbencheval.eval.trusted.session import _Verdict
 
     session = _bare_session()
     honest, slowed = _round(0.004, 0.006), _round(0.004, 0.066)  # 60 ms of host delay in one round
@@ -179,8 +179,8 @@ def test_one_round_slowed_by_the_host_is_noise_but_most_rounds_are_not():
 
 
 def test_a_time_below_the_physical_floor_is_rejected():
-    from kbencheval.eval.result import EvalResult
-    from kbencheval.eval.session import _Verdict
+    from kbencheval.eval import EvalResult
+    from kbencheval.eval.trusted.session import _Verdict
 
     io_bytes, bandwidth_gbs = 2 * 10**9, 2000.0  # 2 GB at 2 TB/s: 1000 µs
     _bare_session().check_floor(EvalResult(Status.CORRECT, runtime_us=900.0), io_bytes, bandwidth_gbs)
@@ -190,7 +190,7 @@ def test_a_time_below_the_physical_floor_is_rejected():
 
 def test_cpu_threads_reach_the_candidates_process():
     from kbencheval.dataset import load_bundled
-    from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.eval import EvalConfig, Evaluator
 
     relu = next(p for p in load_bundled(1) if p.key == "L1_1_ReLU")
     probe = relu.solution_source + "\nimport torch as _t\nassert _t.get_num_threads() == 1, _t.get_num_threads()\n"
@@ -205,7 +205,7 @@ def test_the_harness_runs_the_stress_trials_of_the_problems_input_domain():
     import dataclasses as dc
 
     from kbencheval.dataset import load_bundled
-    from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.eval import EvalConfig, Evaluator
 
     relu = next(p for p in load_bundled(1) if p.key == "L1_1_ReLU")
     text = "```python\n" + relu.solution_source + "```"
@@ -217,8 +217,8 @@ def test_the_harness_runs_the_stress_trials_of_the_problems_input_domain():
 
 
 def test_a_workers_message_cannot_write_the_harnesss_checks():
-    from kbencheval.eval.protocol import Outputs
-    from kbencheval.eval.session import HARNESS_KEYS
+    from kbencheval.eval.contract.protocol import Outputs
+    from kbencheval.eval.trusted.session import HARNESS_KEYS
 
     session = _bare_session()
     session.checks = {"timing_rounds": ["the harness's"], "correctness_trials": [{"ok": False}]}
@@ -239,8 +239,8 @@ def test_trials_stream_one_at_a_time_and_timed_outputs_are_recomputed_after_the_
     judged after the rounds, `per_request` at a time (as many as fit rounds.TIMED_BATCH_BYTES), each
     against the digest the worker sent in its round, sharing the device."""
     from kbencheval.dataset import load_bundled
-    from kbencheval.eval import harness
-    from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.eval.trusted import harness
+    from kbencheval.eval import EvalConfig, Evaluator
     from tests.support import record_requests
 
     monkeypatch.setattr(harness, "timed_outputs_per_request", lambda output_bytes: per_request)
@@ -275,7 +275,7 @@ def test_trials_stream_one_at_a_time_and_timed_outputs_are_recomputed_after_the_
 
 
 def test_evaluators_start_side_by_side_each_with_its_own_fork_server():
-    from kbencheval.eval.harness import start_evaluators
+    from kbencheval.eval.trusted.harness import start_evaluators
 
     evaluators = start_evaluators(EvalConfig(device="cpu", trials=1), 2)
     try:
@@ -289,7 +289,7 @@ def test_evaluators_start_side_by_side_each_with_its_own_fork_server():
 
 
 def test_one_evaluator_that_cannot_start_closes_the_others(monkeypatch):
-    from kbencheval.eval import harness
+    from kbencheval.eval.trusted import harness
 
     made = []
 
@@ -313,8 +313,8 @@ def test_one_evaluator_that_cannot_start_closes_the_others(monkeypatch):
 
 
 def test_the_judge_lets_go_of_a_problem_when_asked():
-    from kbencheval.eval.judge import Judge
-    from kbencheval.eval.protocol import Prepare, Release, TimeReference, TimingSpec, encode
+    from kbencheval.eval.trusted.judge import Judge
+    from kbencheval.eval.contract.protocol import Prepare, Release, TimeReference, TimingSpec, encode
 
     source = (Path(__file__).resolve().parents[1] / "kbencheval/problems/level1/1_ReLU.py").read_text()
     judge = Judge(torch.device("cpu"))
@@ -333,10 +333,10 @@ def test_the_judge_lets_go_of_a_problem_when_asked():
 def test_a_timed_output_must_be_the_one_whose_digest_came_with_its_round(tmp_path):
     """The lazy forger: wrong (fast) outputs in the timed calls, then the right answer computed for the
     picked inputs once the pick is known. Its digest, sent inside the round, gives it away."""
-    from kbencheval.eval.inputs import output_digest
-    from kbencheval.eval.judge import Judge
-    from kbencheval.eval.protocol import Compare, Prepare
-    from kbencheval.eval.transfer import export_tensors
+    from kbencheval.eval.contract.inputs import output_digest
+    from kbencheval.eval.trusted.judge import Judge
+    from kbencheval.eval.contract.protocol import Compare, Prepare
+    from kbencheval.eval.contract.transfer import export_tensors
 
     source = (Path(__file__).resolve().parents[1] / "kbencheval/problems/level1/1_ReLU.py").read_text()
     judge = Judge(torch.device("cpu"))
@@ -372,7 +372,7 @@ def test_a_timed_output_must_be_the_one_whose_digest_came_with_its_round(tmp_pat
 
 
 def test_output_digests_are_stable_and_see_any_real_change():
-    from kbencheval.eval.inputs import DIGEST_BLOCKS, digest_bounds, digests_match, output_digest
+    from kbencheval.eval.contract.inputs import DIGEST_BLOCKS, digest_bounds, digests_match, output_digest
 
     x = torch.randn(3, 5000)  # not a multiple of the digest's width: the tail counts too
     labels = torch.randint(0, 10, (7,))
@@ -392,7 +392,7 @@ def test_a_recomputed_output_may_round_differently_but_not_be_computed_different
     """Timed outputs are recomputed for the judge: a nondeterministic kernel (atomics) rounds a few ulps
     differently each run and must still match its round's digest; the same values in bf16 precision, or
     a few elements skipped, must not."""
-    from kbencheval.eval.inputs import digest_bounds, digests_match, output_digest
+    from kbencheval.eval.contract.inputs import digest_bounds, digests_match, output_digest
 
     def match(committed, recomputed) -> bool:
         return digests_match(output_digest([committed], 11).tolist(), output_digest([recomputed], 11).tolist(),

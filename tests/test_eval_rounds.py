@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kbencheval.eval.protocol import TimingSpec
-from kbencheval.eval.rounds import (JUDGED_TIMED_OUTPUTS, TIMED_BATCH_BYTES, picks_per_round, precise_enough,
+from kbencheval.eval.contract.protocol import TimingSpec
+from kbencheval.eval.sharing.rounds import (JUDGED_TIMED_OUTPUTS, TIMED_BATCH_BYTES, picks_per_round, precise_enough,
                                    round_sizes, timed_outputs_per_request)
 
 

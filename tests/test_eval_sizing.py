@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from kbencheval.eval.protocol import Trial
+from kbencheval.eval.contract.protocol import Trial
 
 
 def test_a_candidate_reserves_what_its_reference_needs_on_the_device():
-    from kbencheval.eval.config import EvalConfig
-    from kbencheval.eval.sizing import CUDA_CONTEXT_BYTES, device_bytes_needed
+    from kbencheval.eval import EvalConfig
+    from kbencheval.eval.sharing.sizing import CUDA_CONTEXT_BYTES, device_bytes_needed
 
     gb = 1 << 30
     cfg = EvalConfig(device="cuda", timing_input_gb=0.75, judge_cache_gb=1.0)
@@ -33,7 +33,7 @@ def test_a_candidate_reserves_what_its_reference_needs_on_the_device():
     assert device_bytes_needed(tiny, cfg) < 4 * gb  # dozens of small candidates fit an 80 GB device
     # A request of picked timed outputs holds all but the last as copies in the worker, beyond one trial's
     # outputs: 7 of 8 at 32 MB (6 more), 1 of 2 at 128 MB (none more); a 1 GB one is judged alone.
-    from kbencheval.eval import sizing
+    from kbencheval.eval.sharing import sizing
 
     def reserved(output_mb: int, one_per_request: bool = False) -> int:
         prep = {"output_bytes": [output_mb << 20], "input_bytes": 0, "call_peak_bytes": 0, "model_bytes": 0}
@@ -46,8 +46,8 @@ def test_a_candidate_reserves_what_its_reference_needs_on_the_device():
 
 
 def test_the_judge_caches_only_outputs_that_leave_room_for_four():
-    from kbencheval.eval.judge import Judge
-    from kbencheval.eval.protocol import Prepare
+    from kbencheval.eval.trusted.judge import Judge
+    from kbencheval.eval.contract.protocol import Prepare
 
     source = (Path(__file__).resolve().parents[1] / "kbencheval/problems/level1/1_ReLU.py").read_text()
     judge = Judge(torch.device("cpu"), cache_bytes=1024)

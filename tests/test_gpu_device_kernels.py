@@ -12,8 +12,8 @@ import triton
 import triton.language as tl
 
 from kbencheval.dataset import load_bundled
-from kbencheval.eval.harness import EvalConfig, Evaluator
-from kbencheval.eval.result import Status
+from kbencheval.eval import EvalConfig, Evaluator
+from kbencheval.eval import Status
 from tests.test_adversarial import HEADER, RELU
 
 pytestmark = pytest.mark.gpu
@@ -44,8 +44,8 @@ def test_device_kernel_names_on_this_gpu():
 
     import torch
 
-    from kbencheval.eval.device_kernels import kernel_class, kernel_violation
-    from kbencheval.eval.timing import graph_report, profiled_report
+    from kbencheval.eval.contract.device_kernels import kernel_class, kernel_violation
+    from kbencheval.eval.contract.timing import graph_report, profiled_report
 
     x, y = torch.randn(1 << 16, device="cuda"), torch.empty(1 << 16, device="cuda")
     a = torch.randn(512, 512, device="cuda")
@@ -109,7 +109,7 @@ def gpu_quick():
 def test_device_bundled_solutions_run_only_their_own_kernels(gpu_quick, problem):
     """No false rejection: every bundled solution is correct, and the device ran its Triton kernels and
     nothing of a library's beyond what the problem allows (the conv problems' cuDNN)."""
-    from kbencheval.eval.device_kernels import kernel_class
+    from kbencheval.eval.contract.device_kernels import kernel_class
 
     result = gpu_quick.evaluate(problem, "```python\n" + problem.solution_source + "```")
     ran = result.checks.get("device_kernels")
@@ -152,7 +152,7 @@ def test_device_sees_torch_inside_the_captured_graph(gpu_eval, gpu_runtime_only,
                     return torch.matmul(a, b)
                 return super().forward(a, b)
         """)
-    from kbencheval.eval.device_kernels import kernel_class
+    from kbencheval.eval.contract.device_kernels import kernel_class
 
     result = ev.evaluate(MATMUL, "```python\n" + code + "```")
     print("capture-only cuBLAS:", result.status, result.checks.get("timing_trust"), result.checks.get("device_kernels"))

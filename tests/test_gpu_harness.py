@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from kbencheval.dataset import load_bundled
-from kbencheval.eval.harness import EvalConfig, Evaluator
-from kbencheval.eval.result import Status
-from kbencheval.eval.rounds import round_sizes
+from kbencheval.eval import EvalConfig, Evaluator
+from kbencheval.eval import Status
+from kbencheval.eval.sharing.rounds import round_sizes
 from tests.support import another_reservation, out_of_memory_once
 from tests.test_adversarial import RELU, candidate
 
@@ -40,7 +40,7 @@ def test_the_candidates_kernels_compile_before_its_first_trial(gpu_eval):
 def test_a_launcher_built_by_the_harness_serves_the_next_candidate(gpu_eval):
     """launchers.py: a worker reports its kernel's argument types, the harness builds that launcher, and
     the next candidate with the same types loads it instead of running the compiler (0.16 s or more on the H100)."""
-    from kbencheval.eval.launchers import launcher_source, shared_builder
+    from kbencheval.eval.sharing.launchers import launcher_source, shared_builder
 
     leaky = next(p for p in load_bundled(1) if p.problem_id == 4)
     first = gpu_eval.evaluate(leaky, "```python\n" + leaky.solution_source + "```")
@@ -55,7 +55,7 @@ def test_a_launcher_built_by_the_harness_serves_the_next_candidate(gpu_eval):
 def test_a_kernel_compiled_by_the_harness_serves_the_next_candidate(gpu_eval):
     """kernel_cache.py: a worker reports its kernel's TTIR, the harness compiles it in its own sandboxed
     child, and the next candidate with the same kernel loads that instead of compiling; still correct."""
-    from kbencheval.eval.kernel_cache import shared_compiler
+    from kbencheval.eval.sharing.kernel_cache import shared_compiler
 
     leaky = next(p for p in load_bundled(1) if p.problem_id == 4)
     first = gpu_eval.evaluate(leaky, "```python\n" + leaky.solution_source + "```")
@@ -150,7 +150,7 @@ def test_the_candidates_triton_compile_runs_with_the_device_let_go(gpu_eval):
 def test_the_worker_starts_while_its_memory_reservation_waits(gpu_eval):
     """Another Evaluator holds the whole device for 3 s: the candidate's worker is started meanwhile
     (fork, CUDA context, import) and runs once the reservation is admitted."""
-    from kbencheval.eval.gate import DeviceGate
+    from kbencheval.eval.sharing.gate import DeviceGate
 
     with another_reservation(DeviceGate("cuda:0"), 1 << 50, 1 << 50, seconds=3.0):  # everything: ours must wait
         result = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
@@ -163,8 +163,8 @@ def test_the_worker_starts_while_its_memory_reservation_waits(gpu_eval):
 def test_a_candidate_that_ran_out_of_device_memory_is_run_again_once_every_reservation_has_ended(gpu_eval, monkeypatch):
     """The re-run after a device OOM waits for the other Evaluators' reservations to end: their memory,
     not their device work, ran the first run out (an honest LogSoftmax on the H100, eight Evaluators)."""
-    from kbencheval.eval.gate import DeviceGate
-    from kbencheval.eval.protocol import Compare
+    from kbencheval.eval.sharing.gate import DeviceGate
+    from kbencheval.eval.contract.protocol import Compare
 
     compares: list = []
     monkeypatch.setattr(gpu_eval, "_judge_call", out_of_memory_once(gpu_eval._judge_call, Compare, compares))
@@ -193,7 +193,7 @@ def test_workers_and_judges_sleep_while_they_wait_for_the_device():
     import subprocess
     import sys
 
-    probe = ("from kbencheval.eval.forkserver import _block_while_waiting; _block_while_waiting('cuda:0'); "
+    probe = ("from kbencheval.eval.processes.forkserver import _block_while_waiting; _block_while_waiting('cuda:0'); "
              "import ctypes, torch; torch.zeros(1, device='cuda:0'); cuda = ctypes.CDLL('libcuda.so.1'); "
              "flags = ctypes.c_uint(); assert cuda.cuCtxGetFlags(ctypes.byref(flags)) == 0; print(flags.value)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

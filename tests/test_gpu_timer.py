@@ -1,4 +1,4 @@
-"""The trusted timer's fresh inputs and output digests on a real GPU (timing.FreshInputs, inputs.output_digest)."""
+"""The trusted timer's fresh inputs and output digests on a real GPU (fresh_inputs.FreshInputs, inputs.output_digest)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import types
 import pytest
 import torch
 
-from kbencheval.eval.inputs import make_inputs, output_digest
-from kbencheval.eval.protocol import TimingSpec, Trial
-from kbencheval.eval.result import Status
-from kbencheval.eval.timing import FreshInputs, Timer
+from kbencheval.eval.contract.inputs import make_inputs, output_digest
+from kbencheval.eval.contract.protocol import TimingSpec, Trial
+from kbencheval.eval import Status
+from kbencheval.eval.contract.fresh_inputs import FreshInputs
+from kbencheval.eval.contract.timing import Timer
 from tests.test_adversarial import RELU
 
 pytestmark = pytest.mark.gpu

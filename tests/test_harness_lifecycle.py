@@ -16,7 +16,7 @@ from tests.support import ENV
 HARNESS = """
 import threading, time
 from kbencheval.dataset import load_bundled
-from kbencheval.eval.harness import Evaluator, EvalConfig
+from kbencheval.eval import EvalConfig, Evaluator
 problem = load_bundled(1)[0]
 ev = Evaluator(EvalConfig(device="cpu", sandbox="kernel", trials=1, timeout_s=600))
 assert ev.evaluate(problem, "```python\\n" + problem.solution_source + "```").correct
@@ -77,7 +77,7 @@ def test_a_workers_socket_accepts_only_the_process_forked_for_it(tmp_path):
     harness takes the connection whose peer the kernel names as the forked pid, and closes the others."""
     import socket
 
-    from kbencheval.eval.launch import accept_from
+    from kbencheval.eval.processes.launch import accept_from
 
     path = str(tmp_path / "ctl.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -113,7 +113,7 @@ def test_a_worker_whose_warm_up_fails_still_starts(monkeypatch, capsys):
     (its first trial then does the same work, and is judged as before)."""
     import torch
 
-    from kbencheval.eval import worker
+    from kbencheval.eval.untrusted import worker
 
     worker.warm_run_time_checks(torch.device("cpu"))  # the same calls a GPU worker makes, on CPU tensors
     assert capsys.readouterr().err == ""
@@ -131,7 +131,7 @@ def test_the_evaluators_processes_start_cuda_with_one_hardware_queue(monkeypatch
     says: with eight queues per context, eight processes started and ended contexts two to three times
     slower on an H100 (benchmarks/context_churn.py)."""
     from kbencheval.dataset import load_bundled
-    from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.eval import EvalConfig, Evaluator
 
     problem = load_bundled(1)[0]
     checking = problem.solution_source.replace(

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from kbencheval.dataset import load_bundled
-from kbencheval.eval.harness import EvalConfig, Evaluator
-from kbencheval.eval.protocol import Compare, Release, Status
+from kbencheval.eval import EvalConfig, Evaluator
+from kbencheval.eval.contract.protocol import Compare, Release, Status
 
 
 def test_the_judge_keeps_free_blocks_only_between_one_candidates_comparisons():
@@ -42,9 +42,9 @@ def test_timed_outputs_are_judged_against_the_judges_timer_not_a_second_input_se
     a fresh reference call gives, without that call's inputs and outputs beside the timer's."""
     import torch
 
-    from kbencheval.eval.judge import Judge
-    from kbencheval.eval.protocol import OutputItem, Prepare, TimeReference, TimingSpec, Trial
-    from kbencheval.eval.transfer import export_tensors
+    from kbencheval.eval.trusted.judge import Judge
+    from kbencheval.eval.contract.protocol import OutputItem, Prepare, TimeReference, TimingSpec, Trial
+    from kbencheval.eval.contract.transfer import export_tensors
 
     relu = next(p for p in load_bundled(1) if p.key == "L1_1_ReLU")
     judge = Judge(torch.device("cpu"))
@@ -72,11 +72,11 @@ def test_the_judge_reads_a_requests_numbers_back_once(tmp_path, monkeypatch):
     read waits for the device's time slice), and the verdicts still come in order up to the first wrong."""
     import torch
 
-    from kbencheval.eval import judge as judge_module
-    from kbencheval.eval.inputs import output_digest
-    from kbencheval.eval.judge import Judge
-    from kbencheval.eval.protocol import OutputItem, Prepare, TimeReference, TimingSpec, Trial
-    from kbencheval.eval.transfer import export_tensors
+    from kbencheval.eval.trusted import judge as judge_module
+    from kbencheval.eval.contract.inputs import output_digest
+    from kbencheval.eval.trusted.judge import Judge
+    from kbencheval.eval.contract.protocol import OutputItem, Prepare, TimeReference, TimingSpec, Trial
+    from kbencheval.eval.contract.transfer import export_tensors
 
     relu = next(p for p in load_bundled(1) if p.key == "L1_1_ReLU")
     judge = Judge(torch.device("cpu"))
@@ -118,9 +118,9 @@ def test_the_judge_waits_for_the_gpu_once_per_request_of_timed_outputs(monkeypat
 
     import torch
 
-    from kbencheval.eval import judge as judge_module
-    from kbencheval.eval.inputs import output_digest
-    from kbencheval.eval.protocol import OutputItem, Prepare, TimeReference, TimingSpec, Trial
+    from kbencheval.eval.trusted import judge as judge_module
+    from kbencheval.eval.contract.inputs import output_digest
+    from kbencheval.eval.contract.protocol import OutputItem, Prepare, TimeReference, TimingSpec, Trial
 
     relu = next(p for p in load_bundled(1) if p.key == "L1_1_ReLU")
     judge = judge_module.Judge(torch.device("cuda"))

@@ -1,4 +1,4 @@
-"""The judge's fused comparison kernels give the torch path's answers (judge_kernels vs judge.compare_torch).
+"""The judge's fused comparison kernels give the torch path's answers (judge_kernels vs compare.compare_torch).
 
 On the CPU they run under the Triton interpreter in a child process (TRITON_INTERPRET must be set
 before Triton is imported); on a GPU, compiled, on larger tensors and through compare_tensor.
@@ -43,9 +43,9 @@ def cases(n: int):
 
 def check_all(device: str) -> int:
     """Asserts the fused kernels equal the torch path on every case; returns how many were checked."""
-    from kbencheval.eval import judge_kernels
-    from kbencheval.eval.inputs import row_squares_torch
-    from kbencheval.eval.judge import compare_torch, finite_rms_torch
+    from kbencheval.eval.trusted import judge_kernels
+    from kbencheval.eval.contract.inputs import row_squares_torch
+    from kbencheval.eval.trusted.compare import compare_torch, finite_rms_torch
 
     n = 4096 * 2 + 1000 if device == "cpu" else (1 << 24) + 123  # a partial last block
     checked = 0
@@ -83,7 +83,7 @@ def test_fused_comparisons_match_the_torch_path_under_the_interpreter():
 
 
 def test_the_judge_takes_the_torch_path_on_the_cpu():
-    from kbencheval.eval import judge_kernels
+    from kbencheval.eval.trusted import judge_kernels
 
     x = torch.ones(4)
     assert not judge_kernels.usable(x) and not judge_kernels.usable(x.to(torch.complex64))
@@ -96,13 +96,13 @@ def test_fused_comparisons_match_the_torch_path_on_the_gpu():
 
 @pytest.mark.gpu
 def test_compare_tensor_uses_the_kernels_on_the_gpu(monkeypatch):
-    from kbencheval.eval import judge, judge_kernels
+    from kbencheval.eval.trusted import compare, judge_kernels
 
     r = torch.randn(1 << 20, device="cuda")
     g = r.clone()
     g[17] += 1.0
     calls = []
     monkeypatch.setattr(judge_kernels, "compare_queued",
-                        lambda *a: calls.append(a) or judge.compare_torch_queued(*a))
-    message, stats = judge.compare_tensor(0, r, g, {}, scale_atol=True)
+                        lambda *a: calls.append(a) or compare.compare_torch_queued(*a))
+    message, stats = compare.compare_tensor(0, r, g, {}, scale_atol=True)
     assert calls and "mismatch" in message and "0.0%" in message and stats["output0_max_abs_diff"] == pytest.approx(1.0)

@@ -1,4 +1,4 @@
-"""Kernels the harness compiles from candidates' TTIR (kbencheval/eval/kernel_cache.py), on the CPU:
+"""Kernels the harness compiles from candidates' TTIR (kbencheval/eval/sharing/kernel_cache.py), on the CPU:
 Triton compiles for sm_90 without a GPU, so the lookup, the sandboxed compile and the keys are real."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from triton import knobs  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler.compiler import ASTSource  # noqa: E402
 
-from kbencheval.eval.harness import EvalConfig  # noqa: E402
-from kbencheval.eval.kernel_cache import (FOLDER_ENV, VARYING, KernelCompiler, KernelLookup,  # noqa: E402
+from kbencheval.eval import EvalConfig  # noqa: E402
+from kbencheval.eval.sharing.kernel_cache import (FOLDER_ENV, VARYING, KernelCompiler, KernelLookup,  # noqa: E402
                                           checked_report, strip_locations)
-from kbencheval.eval.server import CompileServer  # noqa: E402
+from kbencheval.eval.processes.server import CompileServer  # noqa: E402
 
 KERNEL = '''
 import triton
@@ -120,7 +120,7 @@ def test_options_beyond_the_varying_ones_are_neither_looked_up_nor_reported(look
     ("candidate", ["landlock-fs", "seccomp"], True), ("candidate", ["ro-root"], True),
     ("candidate", ["seccomp", "no-caps"], False), ("judge", ["landlock-fs"], False), ("compile", ["ro-root"], False)])
 def test_the_folder_only_for_candidates_that_cannot_write_it(kind, layers, offered, tmp_path, monkeypatch):
-    from kbencheval.eval import forkserver
+    from kbencheval.eval.processes import forkserver
 
     monkeypatch.setattr(os, "environ", dict(os.environ))  # _job_env sets a worker's environment
     monkeypatch.setattr(tempfile, "tempdir", tempfile.gettempdir())

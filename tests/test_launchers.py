@@ -1,4 +1,4 @@
-"""Launchers the harness builds for candidates' kernels (kbencheval/eval/launchers.py), on the CPU: a
+"""Launchers the harness builds for candidates' kernels (kbencheval/eval/sharing/launchers.py), on the CPU: a
 kernel compiled for an H100 (sm_90, which needs no GPU) reports its argument types, the harness checks
 and builds them (against a stand-in libcuda, since this machine has none), and Triton's own launcher
 code in a later worker finds that build through the layered cache. Reports that are not Triton types
@@ -15,9 +15,9 @@ import pytest
 triton = pytest.importorskip("triton")
 pytest.importorskip("triton.backends.nvidia.driver")
 
-from kbencheval.eval import launchers  # noqa: E402
-from kbencheval.eval.compile_aside import CompileAside  # noqa: E402
-from kbencheval.eval.sandbox.tritoncache import MANAGER, SHARED_ENV, LayeredCacheManager  # noqa: E402
+from kbencheval.eval.sharing import launchers  # noqa: E402
+from kbencheval.eval.sharing.compile_aside import CompileAside  # noqa: E402
+from kbencheval.eval.processes.sandbox.tritoncache import MANAGER, SHARED_ENV, LayeredCacheManager  # noqa: E402
 
 SOURCE = '''
 import triton
@@ -137,7 +137,7 @@ def test_shared_layers_are_read_in_order(tmp_path, monkeypatch):
 def test_the_launcher_layer_only_for_workers_that_cannot_write_it(layers, offered, tmp_path, monkeypatch):
     import tempfile
 
-    from kbencheval.eval import forkserver
+    from kbencheval.eval.processes import forkserver
 
     monkeypatch.setattr(os, "environ", dict(os.environ))  # _job_env sets a worker's environment
     monkeypatch.setattr(tempfile, "tempdir", tempfile.gettempdir())

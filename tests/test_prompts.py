@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kbencheval.eval.result import EvalResult, Status
+from kbencheval.eval import EvalResult, Status
 from kbencheval.prompts import BACKENDS, EXAMPLES, STYLES, build_prompt, feedback_message, strip_thinking
 
 REPO = Path(__file__).resolve().parents[1]

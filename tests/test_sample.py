@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from kbencheval.eval.result import EvalResult, Status
+from kbencheval.eval import EvalResult, Status
 from smart.sample import Sample, SampleError, SampleStatus
 
 

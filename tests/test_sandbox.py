@@ -1,4 +1,4 @@
-"""The kernel sandbox's promises (kbencheval/eval/sandbox), each tested by an attacker followed by an
+"""The kernel sandbox's promises (kbencheval/eval/processes/sandbox), each tested by an attacker followed by an
 honest control in the same Evaluator, with the static checks off and bubblewrap not used
 (sandbox=kernel), so that only the run-time layers stand between the attack and the host."""
 
@@ -14,9 +14,9 @@ import uuid
 
 import pytest
 
-from kbencheval.eval.harness import EvalConfig, Evaluator
-from kbencheval.eval.result import Status
-from kbencheval.eval.sandbox import WORKER_LAYERS
+from kbencheval.eval import EvalConfig, Evaluator
+from kbencheval.eval import Status
+from kbencheval.eval.processes.sandbox import WORKER_LAYERS
 from tests.test_adversarial import RELU, candidate
 
 SECRET = f"tf-secret-{uuid.uuid4().hex}"
@@ -352,7 +352,7 @@ raise RuntimeError(f"poisoned private={_poison(os.environ['TRITON_CACHE_DIR'])} 
 
 def test_triton_cache_layers(tmp_path, monkeypatch):
     """Reads fall through to the shared folder; every write lands in the private one."""
-    from kbencheval.eval.sandbox.tritoncache import SHARED_ENV, LayeredCacheManager
+    from kbencheval.eval.processes.sandbox.tritoncache import SHARED_ENV, LayeredCacheManager
 
     shared, private = tmp_path / "shared", tmp_path / "private"
     (shared / "KEY").mkdir(parents=True)
@@ -376,7 +376,7 @@ def test_the_fork_server_warms_tritons_compiler_without_touching_cuda(tmp_path):
     untouched (a parent that initialised CUDA forks children that cannot) and no cache behind."""
     probe = f"""
 import os, sys
-from kbencheval.eval.forkserver import _preload
+from kbencheval.eval.processes.forkserver import _preload
 _preload({{"compile_arch": 90, "scratch": {str(tmp_path)!r}}})
 import torch
 from triton.backends.nvidia.compiler import get_ptxas_version

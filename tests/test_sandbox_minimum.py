@@ -13,13 +13,13 @@ import sys
 
 import pytest
 
-from kbencheval.eval.sandbox import landlock
-from kbencheval.eval.sandbox.minimum import MINIMUM, SANDBOX_SYSCALLS, unmet
+from kbencheval.eval.processes.sandbox import landlock
+from kbencheval.eval.processes.sandbox.minimum import MINIMUM, SANDBOX_SYSCALLS, unmet
 from tests.support import ENV, REPO
 
 CHILD = r'''
 import ctypes, errno, json, sys
-from kbencheval.eval.sandbox import _linux as L, seccomp as S
+from kbencheval.eval.processes.sandbox import _linux as L, seccomp as S
 
 arch = L.ARCH
 clone_nr, clone3_nr = S._CLONE[arch]
@@ -39,7 +39,7 @@ L.prctl(L.PR_SET_NO_NEW_PRIVS, 1)
 L.syscall("seccomp", ctypes.c_uint(1), ctypes.c_uint(0), ctypes.byref(S._Prog(len(insns), array)))
 
 from kbencheval.dataset import load_bundled
-from kbencheval.eval.harness import EvalConfig, Evaluator, HarnessError
+from kbencheval.eval import EvalConfig, Evaluator, HarnessError
 
 relu = next(p for p in load_bundled(1) if p.problem_id == 1)
 cfg = EvalConfig(device="cpu", sandbox="kernel", trials=1, stress_trials=False, timeout_s=60,
@@ -101,7 +101,7 @@ def test_minimum_sandbox_parts(active, missing):
 
 def test_sandbox_accept_names_parts_of_the_minimum():
     from kbencheval.config import ConfigError
-    from kbencheval.eval.config import EvalConfig
+    from kbencheval.eval import EvalConfig
 
     with pytest.raises(ConfigError, match="name some of pid-ns, fs-write, net-ns"):
         EvalConfig(sandbox_accept=["landlock"])

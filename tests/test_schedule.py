@@ -1,6 +1,6 @@
-"""The order candidates are handed to several Evaluators (kbencheval/eval/schedule.py)."""
+"""The order candidates are handed to several Evaluators (kbencheval/eval/sharing/schedule.py)."""
 
-from kbencheval.eval.schedule import EvalSeconds
+from kbencheval.eval.sharing.schedule import EvalSeconds
 
 
 def test_never_seen_problems_keep_their_order_ahead_of_known_ones():

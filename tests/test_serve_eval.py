@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from kbencheval.dataset import load_bundled
-from kbencheval.eval.config import EvalConfig
-from kbencheval.eval.service import ServiceUnavailable, bind_socket, config_mismatch, default_socket_path, ping, \
-    private_dir, request_eval
+from kbencheval.eval import EvalConfig
+from kbencheval.eval.cli.client import ping, request_eval
+from kbencheval.eval.cli.service import ServiceUnavailable, bind_socket, config_mismatch, default_socket_path, private_dir
 from tests.support import ENV
 from tests.test_harness_lifecycle import _alive, _descendants
 
@@ -222,7 +222,7 @@ def test_sigterm_during_the_start_cleans_up_too(tmp_path):
     deadline = time.monotonic() + 60
     # Wait for the fork server itself: the start also runs short-lived children (the bubblewrap probe),
     # which may be gone by the time the signal comes.
-    while not _running("kbencheval.eval.forkserver", started := _descendants(proc.pid)):
+    while not _running("kbencheval.eval.processes.forkserver", started := _descendants(proc.pid)):
         assert proc.poll() is None, f"serve-eval exited during its start: {proc.stderr.read()}"
         assert time.monotonic() < deadline, "no fork server 60 s after kbench serve-eval started"
         time.sleep(0.05)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kbencheval.eval.result import EvalResult, Status
+from kbencheval.eval import EvalResult, Status
 from kbencheval.llm.base import Completion
 from smart.config import ConfigError, RLConfig, RolloutConfig, load_config, load_plugin
 from smart.rollout.generate import RolloutContext, generate_multi_turn, generate_single_turn, turn_glue

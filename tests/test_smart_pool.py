@@ -9,8 +9,8 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from kbencheval.dataset import Problem  # noqa: E402
-from kbencheval.eval.harness import EvalConfig  # noqa: E402
-from kbencheval.eval.result import EvalResult, Status  # noqa: E402
+from kbencheval.eval import EvalConfig  # noqa: E402
+from kbencheval.eval import EvalResult, Status  # noqa: E402
 from smart.config import RewardConfig  # noqa: E402
 from smart.reward.pool import EvalPool  # noqa: E402
 

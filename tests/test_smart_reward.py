@@ -2,7 +2,7 @@
 
 import pytest
 
-from kbencheval.eval.result import EvalResult, Status
+from kbencheval.eval import EvalResult, Status
 from smart.config import ConfigError, RewardConfig
 from smart.ray.rollout_manager import assign_returns
 from smart.reward.presets import PRESETS, preset_rewards, shaped_reward

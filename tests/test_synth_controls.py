@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kbencheval.eval.result import EvalResult, Status
+from kbencheval.eval import EvalResult, Status
 from smart.config import RewardConfig, load_plugin
 from smart.reward.presets import preset_rewards
 from smart.sample import Sample

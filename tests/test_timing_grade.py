@@ -10,7 +10,7 @@ import pytest
 
 from kbencheval.config import ConfigError, load_config
 from kbencheval.eval.config import EvalConfig, timing_grade
-from kbencheval.eval.result import EvalResult, Status, TimingStats
+from kbencheval.eval import EvalResult, Status, TimingStats
 from smart.config import RewardConfig
 
 
@@ -52,7 +52,7 @@ def test_a_comparison_only_verdict_is_never_a_reward():
 
 
 def test_kbench_check_labels_comparison_only_timing(capsys):
-    from kbencheval.eval.check_cli import _print_human
+    from kbencheval.eval.cli.check import _print_human
 
     _print_human(graph_timed("events"))
     assert "timing_mode=events: comparison-only, not reward-grade" in " ".join(capsys.readouterr().out.split())

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from kbencheval.dataset import parse_problem
-from kbencheval.eval.inputs import load_problem_module
-from kbencheval.eval.protocol import TimingSpec, Trial
-from kbencheval.eval.result import Status
-from kbencheval.eval.timing import Timer, digests_agree, outputs_digest
+from kbencheval.eval.contract.inputs import load_problem_module
+from kbencheval.eval.contract.protocol import TimingSpec, Trial
+from kbencheval.eval import Status
+from kbencheval.eval.contract.timing import Timer, digests_agree, outputs_digest
 
 ADD_SOURCE = textwrap.dedent('''
     import torch
@@ -147,7 +147,7 @@ def cuda_candidate(kernel: str, function: str, forward: str, name: str, stream: 
 
 @pytest.fixture(scope="module")
 def gpu_cuda_eval():
-    from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.eval import EvalConfig, Evaluator
 
     with Evaluator(EvalConfig(device="cuda", backend="cuda", iters=20, timeout_s=600)) as ev:
         yield ev

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kbencheval.eval.result import EvalResult, Status
+from kbencheval.eval import EvalResult, Status
 from smart.config import TrackingConfig
 from smart.reward.metrics import rollout_metrics
 from smart.sample import Sample

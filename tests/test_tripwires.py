@@ -6,7 +6,7 @@ import random
 import torch
 import torch.library
 
-from kbencheval.eval.tripwires import DispatcherSnapshot
+from kbencheval.eval.untrusted.tripwires import DispatcherSnapshot
 
 
 def test_nothing_registered_means_no_change():
@@ -43,7 +43,7 @@ def test_a_module_is_patched_when_it_is_imported_not_before(tmp_path, monkeypatc
     """The launch tracker wraps cpp_extension's load_inline only once something imports it."""
     import sys
 
-    from kbencheval.eval.tripwires import when_imported
+    from kbencheval.eval.untrusted.recorders import when_imported
 
     (tmp_path / "kb_lazy_probe.py").write_text("def load_inline():\n    return 'real'\n")
     monkeypatch.syspath_prepend(str(tmp_path))

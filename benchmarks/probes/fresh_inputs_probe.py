@@ -3,7 +3,7 @@
 Each process captures the get_inputs of the first level-1 problems as a CUDA graph, then replays it four
 times (seeds 11, 12, 11, 12) and records, per replay, the fraction of elements that differ from
 make_inputs under the same seed: once without ("plain") and once with ("capture_sync") a device sync
-right after the capture. This is how timing.FreshInputs' capture check was found to fail at random.
+right after the capture. This is how fresh_inputs.FreshInputs' capture check was found to fail at random.
 
     python benchmarks/probes/fresh_inputs_probe.py --processes 5 --rounds 2 --out runs/probes/fresh_inputs_probe.json
 
@@ -27,7 +27,7 @@ VARIANTS = ("plain", "capture_sync")
 def probe(rank: int, rounds: int, problems: int, out: str) -> None:
     """One process: every capture's per-replay differing fractions, written to `out`."""
     from kbencheval.dataset import load_bundled
-    from kbencheval.eval.inputs import load_problem_module, make_inputs
+    from kbencheval.eval.contract.inputs import load_problem_module, make_inputs
 
     device = torch.device("cuda", 0)
     records = []

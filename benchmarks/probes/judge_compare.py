@@ -4,7 +4,7 @@
 
 For each output size and dtype, the median milliseconds (device synced) of what the judge runs on
 one candidate output: the tolerance check (`compare`), the stress trials' RMS (`rms`), and the
-digest bounds of a timed output (`bounds`), in torch ops (judge.compare_torch, finite_rms_torch,
+digest bounds of a timed output (`bounds`), in torch ops (compare.compare_torch, finite_rms_torch,
 inputs.row_squares_torch) and in judge_kernels' fused kernels. Both must give the same answer; the
 script stops if they do not.
 """
@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from kbencheval.eval import judge_kernels  # noqa: E402
-from kbencheval.eval.inputs import DIGEST_WIDTH, row_squares_torch  # noqa: E402
-from kbencheval.eval.judge import compare_torch, finite_rms_torch  # noqa: E402
+from kbencheval.eval.trusted import judge_kernels  # noqa: E402
+from kbencheval.eval.contract.inputs import DIGEST_WIDTH, row_squares_torch  # noqa: E402
+from kbencheval.eval.trusted.compare import compare_torch, finite_rms_torch  # noqa: E402
 
 SIZES = [(1 << 23, torch.float32), (1 << 26, torch.float32), (1 << 28, torch.float32), (1 << 26, torch.bfloat16)]
 

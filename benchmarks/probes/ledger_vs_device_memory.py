@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kbencheval.eval.gate import DeviceGate  # noqa: E402
+from kbencheval.eval.sharing.gate import DeviceGate  # noqa: E402
 
 
 def used_gb(index: str) -> float:

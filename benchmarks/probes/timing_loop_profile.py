@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from kbencheval.dataset import load_bundled  # noqa: E402
-from kbencheval.eval.inputs import build_model, load_problem_module, make_inputs, output_digest  # noqa: E402
-from kbencheval.eval.protocol import TimingSpec, Trial  # noqa: E402
-from kbencheval.eval.timing import Timer  # noqa: E402
+from kbencheval.eval.contract.inputs import build_model, load_problem_module, make_inputs, output_digest  # noqa: E402
+from kbencheval.eval.contract.protocol import TimingSpec, Trial  # noqa: E402
+from kbencheval.eval.contract.timing import Timer  # noqa: E402
 
 PROBLEMS = ["L1_1_ReLU", "L1_6_Softmax", "L1_15_SquareMatmul", "L2_2_Gemm_GELU_ResidualAdd", "L3_2_AttentionBlock"]
 
@@ -45,7 +45,7 @@ def step_times(timer: Timer, trials: list[Trial], device) -> dict:
         return value
 
     for trial in trials:
-        # What iterations did before timing.FreshInputs (a new set, copied over), kept for comparison ...
+        # What iterations did before fresh_inputs.FreshInputs (a new set, copied over), kept for comparison ...
         fresh = timed("make_inputs", lambda: make_inputs(timer.module, trial, device))
         timed("copy_to_static", lambda: [s.copy_(v) for s, v in zip(timer.static_in, fresh) if isinstance(s, torch.Tensor)])
         del fresh

@@ -29,13 +29,16 @@ import torch  # noqa: E402
 import torch._dynamo  # noqa: E402,F401  (rebinds torch.manual_seed, as in the worker: before the tripwires)
 
 from kbencheval.dataset import ProblemError, load_bundled  # noqa: E402
-from kbencheval.eval.inputs import (as_tensor_list, build_model, digest_bounds, inputs_fingerprint,  # noqa: E402
+from kbencheval.eval.contract.inputs import (as_tensor_list, build_model, digest_bounds, inputs_fingerprint,  # noqa: E402
                                     load_problem_module, make_inputs, output_digest, pin_global_flags, sync)
-from kbencheval.eval.judge import Judge, compare  # noqa: E402
-from kbencheval.eval.protocol import Prepare, TimingSpec, Trial  # noqa: E402
-from kbencheval.eval.seeds import RunSeeds, stress_names  # noqa: E402
-from kbencheval.eval.timing import Timer  # noqa: E402
-from kbencheval.eval.tripwires import LaunchTracker, OpCapture, Tripwires, poison  # noqa: E402
+from kbencheval.eval.trusted import judge_kernels  # noqa: E402
+from kbencheval.eval.trusted.judge import Judge  # noqa: E402
+from kbencheval.eval.trusted.compare import compare  # noqa: E402
+from kbencheval.eval.contract.protocol import Prepare, TimingSpec, Trial  # noqa: E402
+from kbencheval.eval.contract.seeds import RunSeeds, stress_names  # noqa: E402
+from kbencheval.eval.contract.timing import Timer  # noqa: E402
+from kbencheval.eval.untrusted.recorders import LaunchTracker, OpCapture  # noqa: E402
+from kbencheval.eval.untrusted.tripwires import Tripwires, poison  # noqa: E402
 
 
 class Steps:
@@ -111,7 +114,7 @@ def profile_problem(problem, device, tracker, folder: str, small: bool = False, 
         ref = picks("judge_reference_uncached", lambda: judge.reference(pick, cache=False))
         picks("judge_compare", lambda: compare(ref, snapshot, dict(problem.tolerance)))
         picks("judge_digest", lambda: output_digest(snapshot, 3).tolist())
-        picks("judge_digest_bounds", lambda: digest_bounds(snapshot))
+        picks("judge_digest_bounds", lambda: digest_bounds(snapshot, judge_kernels.row_squares_fused))
         outs = snapshot = ref = None
     timer = model = judge = None
     if device.type == "cuda":

@@ -28,9 +28,10 @@ def child_steps(device: str) -> dict:
     import torch
 
     from kbencheval.dataset import load_bundled
-    from kbencheval.eval.audit import install_for_worker
-    from kbencheval.eval.inputs import load_problem_module, pin_global_flags
-    from kbencheval.eval.tripwires import LaunchTracker, Tripwires
+    from kbencheval.eval.untrusted.audit import install_for_worker
+    from kbencheval.eval.contract.inputs import load_problem_module, pin_global_flags
+    from kbencheval.eval.untrusted.recorders import LaunchTracker
+    from kbencheval.eval.untrusted.tripwires import Tripwires
 
     problem = load_bundled(1)[0]
     steps = [("launch_tracker", lambda: LaunchTracker().install()),
@@ -57,7 +58,7 @@ def main() -> None:
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    import kbencheval.eval.worker  # noqa: F401
+    import kbencheval.eval.untrusted.worker  # noqa: F401
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("no GPU here: pass --device cpu, or run it on the GPU machine")
     read, write = os.pipe()

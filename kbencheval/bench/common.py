@@ -93,7 +93,7 @@ def cli_main(command: str, body: Callable[[], int]) -> int:
 def resolve_devices(device: str, num_gpus: int = 0, cpu_workers: int = 1, workers_per_gpu: int = 1) -> list[str]:
     """One entry per evaluator to start. `auto` -> every local GPU (or the CPU); `cuda` -> the first
     num_gpus GPUs (0 = all); `cuda:N` -> one. Each GPU appears `workers_per_gpu` times: its evaluators
-    overlap compile and correctness and time one at a time (kbencheval/eval/gate.py)."""
+    overlap compile and correctness and time one at a time (kbencheval/eval/sharing/gate.py)."""
     if workers_per_gpu < 1:
         raise ConfigError(f"workers_per_gpu={workers_per_gpu}: set workers_per_gpu >= 1")
     return [d for d in _resolve_devices(device, num_gpus, cpu_workers)

@@ -87,7 +87,7 @@ class ClientConfig:
 def eval_config_field():
     """`eval: EvalConfig` with the evaluator's defaults. Its device is set per evaluator from the command's
     `device=`, so `eval.device` is not a key of its own (not in --help; setting it names `device`)."""
-    from kbencheval.eval.harness import EvalConfig
+    from kbencheval.eval import EvalConfig
 
     return dataclasses.field(default_factory=EvalConfig, metadata=set_elsewhere(device="device"))
 

@@ -30,8 +30,8 @@ from kbencheval.bench.store import (
 )
 from kbencheval.bench.config import EVAL_ALIASES, EvaluatorPoolConfig, eval_config_field, load_cli_config
 from kbencheval.dataset import Problem, load_problems
-from kbencheval.eval.harness import EvalConfig
-from kbencheval.eval.result import EvalResult, Status
+from kbencheval.eval import EvalConfig
+from kbencheval.eval import EvalResult, Status
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -43,7 +43,7 @@ class EvalRunConfig(EvaluatorPoolConfig):
     verbose: bool = False
     """Print every verdict as it arrives."""
     eval: EvalConfig = eval_config_field()
-    """The evaluator (kbencheval.eval.harness.EvalConfig): eval.timing_mode=cuda_graph eval.baseline=compile ..."""
+    """The evaluator (kbencheval.eval.trusted.harness.EvalConfig): eval.timing_mode=cuda_graph eval.baseline=compile ..."""
 
 
 
@@ -95,7 +95,7 @@ def run_pool(todo: list, prepare, devices: list[str], eval_cfg: EvalConfig, log:
     retries it. Ctrl-C lets each worker finish its current item; everything written is kept.
     """
     from kbencheval.eval.config import cpu_threads_per_evaluator, device_memory_per_evaluator
-    from kbencheval.eval.harness import Evaluator
+    from kbencheval.eval import Evaluator
 
     eval_cfg = cpu_threads_per_evaluator(eval_cfg, devices.count("cpu"))
     gpus = [d for d in devices if d != "cpu"]

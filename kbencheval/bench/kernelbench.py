@@ -39,7 +39,7 @@ from kbencheval.bench.store import (
     write_json_atomic,
 )
 from kbencheval.config import ConfigError, config_help
-from kbencheval.eval.harness import EvalConfig
+from kbencheval.eval import EvalConfig
 
 RECORDED = "kernelbench_recorded.json"
 KB_RESULTS = "eval_results.json"
@@ -130,7 +130,7 @@ class ImportConfig(EvaluatorPoolConfig):
     """False: import only; `kbench eval run_name=...` judges it later."""
     verbose: bool = False
     eval: EvalConfig = eval_config_field()
-    """The evaluator (kbencheval.eval.harness.EvalConfig), as in `kbench eval`."""
+    """The evaluator (kbencheval.eval.trusted.harness.EvalConfig), as in `kbench eval`."""
 
 
 def import_run(cfg: ImportConfig) -> Path:

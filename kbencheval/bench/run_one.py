@@ -18,8 +18,8 @@ from rich.table import Table
 from kbencheval.bench.common import cli_main, make_llm_client, require, resolve_devices, stdout
 from kbencheval.bench.config import EVAL_ALIASES, ClientConfig, DatasetConfig, eval_config_field, load_cli_config
 from kbencheval.config import ConfigError
-from kbencheval.eval.harness import EvalConfig
-from kbencheval.eval.result import EvalResult, Status
+from kbencheval.eval import EvalConfig
+from kbencheval.eval import EvalResult, Status
 
 _STATUS_STYLE = {"correct": "bold green", "incorrect": "yellow", "rejected": "bold red"}
 
@@ -45,7 +45,7 @@ class RunOneConfig(ClientConfig, DatasetConfig):
     verbose: bool = False
     """Show the whole prompt and the evaluator's feedback and checks."""
     eval: EvalConfig = eval_config_field()
-    """The evaluator (kbencheval.eval.harness.EvalConfig): eval.trials=3 eval.timing_mode=cuda_graph ..."""
+    """The evaluator (kbencheval.eval.trusted.harness.EvalConfig): eval.trials=3 eval.timing_mode=cuda_graph ..."""
 
     def validate(self) -> None:
         DatasetConfig.validate(self)
@@ -96,7 +96,7 @@ def result_table(result: EvalResult, verbose: bool) -> Table:
 def run_one(cfg: RunOneConfig) -> list[EvalResult]:
     from kbencheval.bench.generate import prompt_builder_for
     from kbencheval.dataset import get_problem
-    from kbencheval.eval.harness import Evaluator
+    from kbencheval.eval import Evaluator
     from kbencheval.extract import extract_code
     from kbencheval.llm.base import SamplingParams
 

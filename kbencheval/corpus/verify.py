@@ -24,8 +24,8 @@ from kbencheval.bench.store import ResultsLog, write_json_atomic
 from kbencheval.config import ConfigError
 from kbencheval.corpus.convert import to_answer, to_problem
 from kbencheval.corpus.records import SOURCES, CorpusError, CorpusRecord, load_corpus
-from kbencheval.eval.harness import EvalConfig
-from kbencheval.eval.result import EvalResult, Status
+from kbencheval.eval import EvalConfig
+from kbencheval.eval import EvalResult, Status
 
 RECORDS, VERDICTS, SKIPPED = "records.jsonl", "verdicts.jsonl", "skipped.jsonl"
 USAGE = "kbench corpus verify source=kernelbook|kernelllm|sakana path=HUB_ID_OR_FOLDER out=FOLDER [key=value ...]"
@@ -46,7 +46,7 @@ class VerifyConfig(EvaluatorPoolConfig):
     """Folder for records.jsonl, verdicts.jsonl and skipped.jsonl; rerun with the same out to resume."""
     verbose: bool = False
     eval: EvalConfig = eval_config_field()
-    """The evaluator (kbencheval.eval.harness.EvalConfig): eval.trials=3 eval.timeout_s=120 ..."""
+    """The evaluator (kbencheval.eval.trusted.harness.EvalConfig): eval.trials=3 eval.timeout_s=120 ..."""
 
     def validate(self) -> None:
         if self.source not in SOURCES:

@@ -7,7 +7,7 @@ import os
 from typing import Literal
 
 from kbencheval.config import ConfigError
-from kbencheval.eval.sandbox.minimum import MINIMUM
+from kbencheval.eval.processes.sandbox.minimum import MINIMUM
 
 REWARD_TIMING_MODES = ("trusted",)
 """Timing modes a reward may use. events / cuda_graph time the candidate inside its own worker, where it

@@ -7,7 +7,7 @@ import json
 import statistics
 from typing import Any
 
-from kbencheval.eval.protocol import Status
+from kbencheval.eval.contract.protocol import Status
 
 __all__ = ["EvalResult", "Status", "TimingStats", "feedback_text"]
 

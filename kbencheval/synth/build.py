@@ -207,7 +207,7 @@ def verify(problems: list[SynthProblem], *, device: str = "cpu", workers: int = 
     variants judged correct and the problems with at least one. Returns (kept, drop reasons).
     timing=True (GPU only) also times each variant, so the manifest shows what the speed reward prefers."""
     from kbencheval.eval.config import cpu_threads_per_evaluator
-    from kbencheval.eval.harness import EvalConfig, Evaluator
+    from kbencheval.eval import EvalConfig, Evaluator
     from kbencheval.progress import progress_bar
 
     kept, dropped = static_filter(problems)

@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import ray
 
-from kbencheval.eval.result import EvalResult
+from kbencheval.eval import EvalResult
 from kbencheval.llm.base import Completion, SamplingParams, encode_chat
 from smart.algo import discounted_returns
 from smart.algo.overlong import apply_overlong

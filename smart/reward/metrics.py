@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 
-from kbencheval.eval.result import EvalResult, Status
+from kbencheval.eval import EvalResult, Status
 from smart.sample import Sample, SampleStatus
 
 

@@ -25,9 +25,9 @@ import time
 import ray
 
 from kbencheval.dataset import Problem
-from kbencheval.eval.harness import EvalConfig
-from kbencheval.eval.result import EvalResult, Status
-from kbencheval.eval.schedule import EvalSeconds
+from kbencheval.eval import EvalConfig
+from kbencheval.eval import EvalResult, Status
+from kbencheval.eval.sharing.schedule import EvalSeconds
 from kbencheval.extract import extract_code
 from smart.config import RewardConfig
 
@@ -42,7 +42,7 @@ class EvalWorker:
         if eval_cfg.on_cpu:
             os.environ["TRITON_INTERPRET"] = "1"  # Triton kernels run under the interpreter on CPU
         from kbencheval.eval.config import device_memory_per_evaluator
-        from kbencheval.eval.harness import start_evaluators
+        from kbencheval.eval.trusted.harness import start_evaluators
 
         self.evaluators = start_evaluators(device_memory_per_evaluator(eval_cfg, evaluators), evaluators)
         self.free: queue.Queue = queue.Queue()

@@ -14,7 +14,7 @@ import copy
 import dataclasses
 from typing import Callable
 
-from kbencheval.eval.result import EvalResult, Status
+from kbencheval.eval import EvalResult, Status
 from kbencheval.llm.base import Completion
 from smart.config import RolloutConfig
 from smart.sample import Sample, SampleStatus

@@ -1,0 +1,135 @@
+"""The Evaluator's processes: its fork server (restarted when it dies), its judge (started on first use,
+called, released, killed) and the spare worker forked for the next candidate. Trusted code, a part of
+harness.Evaluator."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from kbencheval.eval.contract.errors import tail
+from kbencheval.eval.contract.protocol import Compare, JudgeJob, Prepare, Release
+from kbencheval.eval.processes.launch import Conn, Worker, accept_from
+from kbencheval.eval.processes.lifecycle import kill_group
+from kbencheval.eval.processes.server import HarnessError, _Server
+from kbencheval.eval.sharing.sizing import CUDA_CONTEXT_BYTES
+from kbencheval.eval.trusted.timing_checks import gate_window
+
+_WHOLE_DEVICE = 1 << 60  # a reservation that is admitted only alone (gate._admit) and keeps every other one out
+
+
+class EvaluatorProcesses:
+    """Evaluator's fork server, judge and spare worker (the attributes are the Evaluator's own)."""
+
+    def _kill_judge(self):
+        for pid in (self._judge_pid, self._judge_init):
+            if pid:
+                kill_group(pid)
+        self._judge = self._judge_pid = self._judge_init = None
+        self._judge_kept = 0
+        self._judge_untrimmed = False
+
+    def _ensure_server(self):
+        """A fork server that died (and the judge with it) is started again before the next candidate."""
+        if self._server.proc.poll() is None:
+            self._server.wait_ready()  # an Evaluator made with wait_ready=False
+            return
+        t0, why = time.monotonic(), f"exit status {self._server.proc.returncode}: " + \
+            tail(self._scratch / "forkserver.log", 2)
+        self._server.close()
+        self._kill_judge()
+        if self._spare is not None:  # died with its fork server
+            self._spare.kill()
+            self._spare = None
+        self._server = _Server(self.cfg, self._scratch, self._hide)
+        self.restarts["fork_server"] += 1
+        self._restarted = {"fork_server": why, "seconds": round(time.monotonic() - t0, 3)}
+
+    def _next_job(self) -> int:
+        self._job_counter += 1
+        return self._job_counter
+
+    def _fork_spare(self) -> None:
+        """Forks the next candidate's worker now (kbencheval/eval/processes/launch.py): after the last candidate's
+        worker and its leftovers were killed, before the next candidate is known. Only while the judge
+        lives: workers are forked into its PID namespace. Its CUDA context counts as this Evaluator's
+        standing memory until its candidate's reservation covers it."""
+        if self._spare is not None or self._judge is None:
+            return
+        try:
+            self._spare = Worker(self, self._next_job())
+        except (HarnessError, TimeoutError):
+            return  # the next candidate forks its own, and reports what fails then
+        if not self.cfg.on_cpu:
+            self.gate.stand(self._owner, self._judge_kept + CUDA_CONTEXT_BYTES)
+
+    def _spawn(self, job: dict, deadline: float) -> tuple[int, Conn]:
+        sock_path = os.path.join(job["job_dir"], "ctl.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(sock_path)
+        listener.listen(1)
+        job["socket"] = sock_path
+        reply = self._server.call(op="spawn", job=job)
+        if "pid" not in reply:
+            listener.close()
+            raise HarnessError(reply.get("error", "the fork server could not start a worker"))
+        pid = reply["pid"]
+        if job["kind"] == "judge":  # PID 1 of its namespace: killing its parent does not kill it
+            self._judge_init = reply.get("init", pid)
+        try:
+            conn = accept_from(listener, {pid, reply.get("init", pid)},
+                               time.monotonic() + max(1.0, min(60.0, deadline - time.monotonic())))
+        except TimeoutError:
+            kill_group(pid)
+            raise HarnessError(f"worker {job['kind']} never connected; see {job['job_dir']}/worker.log") from None
+        finally:
+            listener.close()
+        return pid, Conn(conn, deadline)
+
+    def _judge_call(self, msg) -> dict:
+        if self._judge is None:
+            job_dir = tempfile.mkdtemp(prefix="judge-", dir=self._scratch)
+            self._judge_dir = job_dir
+            job = JudgeJob(job_dir=job_dir, device=self.cfg.device_index,
+                           cache_bytes=int(self.cfg.judge_cache_gb * 2**30)).to_dict()
+            self._judge_pid, self._judge = self._spawn(job, time.monotonic() + 120)
+            self.restarts["judge"] += self._judge_started
+            self._judge_started = True
+        self._judge.deadline = time.monotonic() + 600
+        try:
+            self._judge.send(msg)
+            line = self._judge.recv_line()
+        except OSError:  # broken pipe, or no answer within the deadline
+            line = None
+        if line is None:
+            self._kill_judge()
+            raise HarnessError(f"the judge process died: {tail(Path(self._judge_dir) / 'worker.log', 6)}")
+        reply = json.loads(line)
+        self._judge_kept = reply.get("reserved_bytes", self._judge_kept)
+        self._judge_untrimmed = isinstance(msg, Compare) and not msg.trim  # the Compare.trim it skipped
+        return reply
+
+    def _prepare_alone(self, prepare: Prepare, checks: dict) -> dict:
+        """The judge's prepare once more, after it ran out of device memory: with every other reservation
+        on the device ended, none admitted meanwhile, and no other work on the device. A prepare runs
+        before its candidate's reservation (whose size it tells), so it is counted nowhere: at the start of
+        a pass eight judges preparing at once filled an H100 (2026-11-26), and the Evaluator's own retry,
+        with the device to itself but the others' memory still held, failed the same way."""
+        with self.gate.reserve(_WHOLE_DEVICE, _WHOLE_DEVICE, gate_window(checks, "prepare_alone"),
+                               owner=self._owner) as reservation, self.gate.exclusive(gate_window(checks, "prepare")):
+            spare = CUDA_CONTEXT_BYTES if self._spare is not None else 0
+            reservation.standing_after = self._judge_kept + spare  # what stands again after it, even if the call fails
+            prep = self._judge_call(prepare)
+            reservation.standing_after = self._judge_kept + spare
+        checks["prepare_oom_retry"] = "the reference ran out of device memory beside other work; prepared again alone"
+        return prep
+
+    def _release_judge(self, keep_problem: bool = False) -> None:
+        try:
+            self._judge_call(Release(keep_problem=keep_problem))
+        except HarnessError:
+            pass  # a dead judge holds nothing; the next candidate starts a new one
