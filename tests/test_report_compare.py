@@ -89,7 +89,7 @@ def test_three_runs_is_an_error(tmp_path):
 
 def test_without_pyarrow_the_tables_are_csv_and_the_note_says_how_to_get_parquet(tmp_path, monkeypatch):
     # the core install has no pyarrow: kbench report must still write its tables, not fail
-    from kbencheval.bench.report import tables_note, write_tables
+    from kbencheval.bench.tables import tables_note, write_tables
 
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)

@@ -90,7 +90,12 @@ def test_run_learning_produces_every_stage(tmp_path):
     assert change["n"] == 2 and change["lo"] <= change["diff"] <= change["hi"]
     assert {"pass@2", "pass@1: rl_lr3e-4 - sft", "pass@1: rl_lr3e-4 - rl"} <= set(compare["test"])
 
-    # the report page is written from the run's own outputs, between its markers, twice without growing
+    _check_report_page(run, tmp_path, change)
+    assert set(compare["test"]["pass@1 by operators"]) <= {"2", "3"}
+
+
+def _check_report_page(run, tmp_path, change: dict) -> None:
+    """The report page is written from the run's own outputs, between its markers, twice without growing."""
     doc = tmp_path / "docs" / "learning.md"
     doc.parent.mkdir()
     doc.write_text("# Does the loop learn?\n\nhistory stays\n")
@@ -103,4 +108,3 @@ def test_run_learning_produces_every_stage(tmp_path):
     assert f"| pass@1: rl - sft | {100 * change['diff']:+.1f} [" in text and "| turn 2 |" in text
     assert "test pass@1 after GRPO - after SFT >= +15 points" in text and "![test.png](learning/learn/test.png)" in text
     assert (doc.parent / "learning" / "learn" / "compare.json").is_file()
-    assert set(compare["test"]["pass@1 by operators"]) <= {"2", "3"}

@@ -22,8 +22,8 @@ from rich.table import Table
 
 from kbencheval.bench.common import console, stdout
 from kbencheval.bench.metrics import fast_p, geomean_speedup, paired_bootstrap
-from kbencheval.bench.report import (build_report, fmt_fast, fmt_rate, fmt_rate_ci, fmt_speedup, tables_note,
-                                     write_tables)
+from kbencheval.bench.report import build_report, fmt_fast, fmt_rate, fmt_rate_ci, fmt_speedup
+from kbencheval.bench.tables import tables_note, write_tables
 from kbencheval.bench.store import RESULTS, read_results, run_dir
 
 PAIRED_RESAMPLES = 5000
