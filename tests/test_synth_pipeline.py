@@ -45,12 +45,13 @@ def test_run_learning_produces_every_stage(tmp_path):
                 report = json.loads(path.read_text())
                 assert report["summary"]["all"]["n_samples"] == n, name
                 assert report["model"].endswith(f"{phase}/hf")
-    # lanes: 2: the ablation's GRPO ran beside the main GRPO (each in a Ray instance of its own)
+    # lanes: 1: the side lane (the SFT model's multi-turn evaluation, then the ablation's GRPO) follows the main
+    # lane (GRPO, its evaluations, continued SFT). lanes: 2 ran them side by side here, and under that load a
+    # fork server now and then reported pid-ns missing and refused to evaluate (3 of 8 runs): not for CI yet.
     took = dict(line.split() for line in (run / "stage_seconds.txt").read_text().splitlines())
     started = {name: _seconds(clock) for clock, name in re.findall(r"^== (\d\d:\d\d:\d\d) (\S+)$", proc.stderr, re.M)}
-    main, arm = (started["rl"], started["rl"] + int(took["rl"])), (started["rl_lr3e-4"], started["rl_lr3e-4"] + int(
-        took["rl_lr3e-4"]))
-    assert arm[0] < main[1] and main[0] < arm[1], (main, arm)
+    assert started["multiturn_sft"] >= started["sft_continued"] + int(took["sft_continued"]) - 1
+    assert started["rl_lr3e-4"] >= started["multiturn_sft"] + int(took["multiturn_sft"]) - 1
     ablation = yaml.safe_load((run / "config" / "rl_lr3e-4.yaml").read_text())
     assert (ablation["train"]["lr"], ablation["train"]["dtype"]) == (3.0e-4, "fp32")
     assert ablation["out_dir"] == str(run / "rl_lr3e-4")

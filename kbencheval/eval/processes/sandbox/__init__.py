@@ -95,7 +95,8 @@ def _probe_once(server: ServerSandbox, plan: dict, probe_dir: str, wanted: list[
     try:
         if "pid-ns" in wanted:
             middle, _ = server.spawn_init("probe", payload)
-            _wait_gone(middle)
+            if not _wait_gone(middle):
+                return {"layer": "pid-ns", "error": f"the probe did not finish within {PROBE_TIMEOUT_S:g} s"}
         else:
             pid = os.fork()
             if pid == 0:
@@ -111,18 +112,27 @@ def _probe_once(server: ServerSandbox, plan: dict, probe_dir: str, wanted: list[
         return {"layer": "pid-ns", "error": "the probe process died"}
 
 
-def _wait_gone(pid: int, timeout: float = 30.0) -> None:
+# A loaded machine (many evaluators starting at once on a few cores) can take tens of seconds to run the
+# probe; a probe cut short would count as a missing layer and refuse every evaluation that follows.
+PROBE_TIMEOUT_S = 180.0
+
+
+def _wait_gone(pid: int, timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether `pid` exited (or became a zombie) within `timeout`."""
     import time
 
     deadline = time.monotonic() + timeout
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+    while os.path.exists(f"/proc/{pid}"):
+        if time.monotonic() >= deadline:
+            return False
         try:
             with open(f"/proc/{pid}/stat") as f:
                 if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return
+                    return True
         except OSError:
-            return
+            return True
         time.sleep(0.005)
+    return True
 
 
 class _LayerFailed(Exception):

@@ -65,7 +65,8 @@ def fix_hint() -> str:
 
 def refusal(refused: list[str], missing: dict[str, str]) -> str:
     """One line: what is missing, why, the fix, and the setting that accepts the weaker sandbox."""
-    first = next((k for k in ("user-ns", "pid-ns", "net-ns", "landlock-fs") if k in missing), None)
-    why = f"{first}: {missing[first]}" if first else "not provided"
+    # each refused layer's own reason, and user-ns's (the others often rest on it)
+    named = [k for k in (*refused, "user-ns") if k in missing]
+    why = "; ".join(f"{k}: {missing[k]}" for k in dict.fromkeys(named)) or "not provided"
     return (f"the sandbox for untrusted code lacks {', '.join(refused)} here ({why}); "
             f"{fix_hint()}; or accept the weaker sandbox with sandbox_accept={','.join(refused)}")
