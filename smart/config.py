@@ -159,8 +159,7 @@ class RolloutConfig:
     a GPU and fp32 on the CPU), float32, bfloat16, float16. Weight updates smaller than one step of the engine's
     dtype do not reach the samples."""
     engine_max_batch: int = 128
-    """engine=embedded: most sequences one engine decodes together; a step's larger batch is decoded in turns
-    (on a GPU a small model's decode step costs about the same for 128 or 512 rows)."""
+    """engine=embedded: most sequences one engine decodes together; a step's larger batch is decoded in turns."""
     health_timeout_s: float = 10.0
     """Between steps each engine must answer a ping within this (0 = no check): a dead embedded engine is
     restarted with the current weights, a dead SGLang server is dropped (and removed from the router)."""

@@ -216,13 +216,13 @@ class Evaluator(EvaluatorProcesses):
         # worker gets its job first, and joins the line for memory only once it has loaded the candidate
         # and compiled its kernels (Ready): seconds of CPU that held the memory before. What it holds
         # meanwhile counts against the others: waiting workers' contexts, counted nowhere, once ran an
-        # H100 out of memory beside eight idle judges (2026-11-25).
+        # H100 out of memory beside eight idle judges.
         problem_key = hash((problem.source, json.dumps(sizes, sort_keys=True)))
         need = device_bytes_needed(prep, cfg, copies_inputs=problem_key in self._copies_inputs)
         capacity = int(DEVICE_MEMORY_FRACTION * prep.get("device_total_bytes", need))
         checks["device_memory_gb"] = {"reserved": round(need / 2**30, 2), "capacity": round(capacity / 2**30, 2)}
         if self._alone:  # admitted once every other reservation has ended, and none beside it: the others'
-            need = capacity = _WHOLE_DEVICE  # memory, not their work, is what ran it out (an H100, 2026-11-26)
+            need = capacity = _WHOLE_DEVICE  # memory, not their work, is what ran it out
         # A spare's context is counted already, in this Evaluator's standing memory (_fork_spare). The worker
         # builds ModelNew only once admitted (worker.build): its weights are not held while it waits.
         early = 0 if launch.worker is not None else CUDA_CONTEXT_BYTES
@@ -239,7 +239,7 @@ class Evaluator(EvaluatorProcesses):
                     self._release_judge()  # a large problem's timer and outputs: not left behind
                 # What the judge keeps for the next candidate of this problem counts against the device
                 # from now on: eight idle judges' timers and outputs, counted nowhere, left a new
-                # worker's CUDA context no room on the H100 (2026-11-25).
+                # worker's CUDA context no room on the H100.
                 reservation.standing_after = self._judge_kept + CUDA_CONTEXT_BYTES  # and the spare to come
 
     def _launch(self, problem, code, backend, seeds, sizes, output_bytes) -> Launch:
@@ -290,7 +290,7 @@ class Evaluator(EvaluatorProcesses):
 
 
 # The allocator's and the driver's words, and cuBLAS/cuDNN failing to allocate a handle's workspace (an honest
-# Linear got CUBLAS_STATUS_ALLOC_FAILED beside eleven other Evaluators on an H100, 2026-11-26).
+# Linear got CUBLAS_STATUS_ALLOC_FAILED beside eleven other Evaluators on an H100).
 _OUT_OF_MEMORY = re.compile(r"(CUDA|HIP)( error:)? out of memory|(CU|HIP)BLAS_STATUS_ALLOC_FAILED|"
                             r"(CU|MI)DNN_STATUS_ALLOC_FAILED")
 

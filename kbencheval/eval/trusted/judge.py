@@ -189,7 +189,7 @@ class Judge:
         """A picked timed iteration's reference outputs, valid until the next call. Through the judge's timer
         where it times the eager reference: its static buffers hold them, where a fresh call beside the timer
         held a second input and output set (on a 1.5 GB elementwise problem, 3 GB beyond the candidate's
-        reservation: such judges ran an H100 out of memory, 2026-11-26). Timed inputs are one-offs: not cached."""
+        reservation: such judges ran an H100 out of memory). Timed inputs are one-offs: not cached."""
         if self.timer is not None and self.timer_key[0] == self.key and self.timer_eager:
             return self.timer.output_for(trial, wait=False)  # compare reads it next, queued behind it
         return self.reference(trial, cache=False)

@@ -264,7 +264,7 @@ def warm_run_time_checks(device: torch.device) -> None:
     """The run-time checks' first use, done before any candidate is known: the inputs' digests (a cuBLAS
     matrix-vector product, so its handle and workspace; a float32-accumulating product for half types)
     and the poison fill, with the torch kernels they load. The first trial paid 0.1-0.5 s for them
-    inside its memory reservation, where the next trials took 0.02-0.03 s (H100, H200; 2026-11-26). An
+    inside its memory reservation, where the next trials took 0.02-0.03 s (H100, H200). An
     optimisation: if it fails (a full device), the first trial does it, and is judged as before."""
     try:
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
