@@ -24,7 +24,7 @@ def test_reward_config_refuses_comparison_only_timing(mode):
 
 
 def test_eval_pool_refuses_before_starting_a_worker():
-    from smart.reward.pool import EvalPool
+    from smart.reward.pool import reward_pool
 
     class NeverStarted:
         @staticmethod
@@ -34,7 +34,7 @@ def test_eval_pool_refuses_before_starting_a_worker():
     cfg = RewardConfig(eval=EvalConfig(device="cuda"))
     cfg.eval.timing_mode = "cuda_graph"  # set after validation, as code building the pool by hand might
     with pytest.raises(ConfigError, match="comparison-only"):
-        EvalPool(cfg, worker_cls=NeverStarted)
+        reward_pool(cfg, actor_cls=NeverStarted)
 
 
 def graph_timed(mode: str) -> EvalResult:

@@ -3,7 +3,7 @@ speak one vocabulary.
 
     DatasetConfig   dataset_src, dataset_path, level            (KernelBench's flat keys)
     ClientConfig    server_type, model_name, base_url, api_key_env, temperature, top_p, max_tokens, seed
-    EvaluatorPoolConfig device, num_gpus, cpu_workers, workers_per_gpu (where evaluators run)
+    EvaluatorPoolConfig device, num_gpus, cpu_workers, workers_per_gpu, placement, ray_address (where evaluators run)
     eval: EvalConfig  the evaluator's full config, nested:      eval.timing_mode=cuda_graph eval.sandbox=bwrap
 
 The flat keys stay top-level (KernelBench users type `level=1 server_type=openai`); evaluator keys
@@ -49,16 +49,64 @@ class EvaluatorPoolConfig:
     """Evaluators per GPU: compile and correctness overlap, timing stays one at a time (the device
     gate). 1 keeps other candidates' GPU work out of a timing entirely; see docs/evaluator.md."""
 
+    placement: str = "local"
+    """local (threads of this process, on this machine's devices) | ray (Ray actors on any node of the
+    cluster at ray_address: device=cpu puts cpu_workers actors, device=cuda one per GPU x workers_per_gpu)."""
+    ray_address: str = ""
+    """placement=ray: the cluster to join ("auto", "HOST:6379"); empty starts a Ray on this machine."""
+
     def validate(self) -> None:
         if self.num_gpus < 0 or self.cpu_workers < 1 or self.workers_per_gpu < 1:
             raise ConfigError(f"num_gpus={self.num_gpus}, cpu_workers={self.cpu_workers}, workers_per_gpu="
                               f"{self.workers_per_gpu}: set num_gpus >= 0, cpu_workers >= 1, workers_per_gpu >= 1")
+        if self.placement not in ("local", "ray"):
+            raise ConfigError(f"placement={self.placement!r}: choose local or ray")
+        if self.placement == "ray" and self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"placement=ray with device={self.device!r}: set device=cpu or device=cuda "
+                              "(Ray picks the GPU of each worker)")
 
     def devices(self) -> list[str]:
-        """One entry per evaluator to start (kbencheval.bench.common.resolve_devices)."""
+        """One entry per local evaluator to start (kbencheval.bench.common.resolve_devices)."""
         from kbencheval.bench.common import resolve_devices
 
         return resolve_devices(self.device, self.num_gpus, self.cpu_workers, self.workers_per_gpu)
+
+    def check_placement(self) -> None:
+        """Fails now, before any work, on a device this machine cannot use (local placement)."""
+        if self.placement == "local":
+            self.devices()
+
+    def describe(self) -> str:
+        if self.placement == "ray":
+            return f"Ray ({self.device}, {self.ray_address or 'local'})"
+        return ", ".join(sorted(set(self.devices())))
+
+    def start_pool(self, eval_cfg, dedupe: bool = False):
+        """An EvaluatorPool placed as configured. dedupe=False: a benchmark judges every sample itself."""
+        from kbencheval.eval.pool import EvaluatorPool
+
+        if self.placement == "local":
+            return EvaluatorPool(eval_cfg, self.devices(), dedupe=dedupe)
+        devices, options = self._ray_layout()
+        return EvaluatorPool(eval_cfg, devices, placement="ray", ray_options=options, dedupe=dedupe)
+
+    def _ray_layout(self) -> tuple[list[str], list[dict]]:
+        """Joins (or starts) the Ray cluster; one actor per evaluator, spread over its nodes."""
+        import ray
+
+        if not ray.is_initialized():
+            try:
+                ray.init(address=self.ray_address or None, include_dashboard=False, log_to_driver=False)
+            except ConnectionError as e:
+                raise ConfigError(f"ray_address={self.ray_address!r}: no Ray cluster answered ({e}); start one "
+                                  "with `ray start --head` or leave ray_address empty") from None
+        if self.device == "cpu":
+            return ["cpu"] * self.cpu_workers, [{"num_cpus": 1, "scheduling_strategy": "SPREAD"}] * self.cpu_workers
+        gpus = self.num_gpus or int(ray.cluster_resources().get("GPU", 0))
+        if gpus < 1:
+            raise ConfigError("placement=ray device=cuda: the Ray cluster has no GPU; set device=cpu or add GPU nodes")
+        count = gpus * self.workers_per_gpu
+        return ["cuda"] * count, [{"num_gpus": 1 / self.workers_per_gpu, "scheduling_strategy": "SPREAD"}] * count
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -3,17 +3,16 @@
     kbench eval run_name=qwen_l1                     # every visible GPU, else the CPU interpreter
     kbench eval run_name=qwen_l1 device=cuda num_gpus=4 eval.timeout_s=300 eval.timing_mode=cuda_graph
     kbench eval run_name=tiny device=cpu cpu_workers=2
+    kbench eval run_name=qwen_l1 placement=ray ray_address=auto device=cuda    # every GPU of a Ray cluster
 
-One Evaluator per device; worker threads pull the next (problem, sample) from one shared queue, so
-no GPU waits on another's slow sample. Each result is appended to runs/<name>/results.jsonl the
-moment it exists; a rerun skips exactly the (problem, sample) pairs already there.
+An EvaluatorPool (kbencheval.eval.pool) hands the next (problem, sample) to whichever evaluator is free,
+so no GPU waits on another's slow sample. Each result is appended to runs/<name>/results.jsonl the
+moment it exists, by this process; a rerun skips exactly the (problem, sample) pairs already there.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import queue
-import threading
 from collections import Counter
 from pathlib import Path
 
@@ -85,82 +84,53 @@ class EvalJob:
     name: str = ""
 
 
-def run_pool(todo: list, prepare, devices: list[str], eval_cfg: EvalConfig, log: ResultsLog, stats: dict, *,
+def run_pool(todo: list, prepare, where: EvaluatorPoolConfig, eval_cfg: EvalConfig, log: ResultsLog, stats: dict, *,
              label: str, verbose: bool = False, item_name=str) -> None:
-    """Evaluate `todo` with one Evaluator per device (eval_cfg with that device); each verdict is
-    appended to `log` as it arrives.
+    """Evaluate `todo` on an EvaluatorPool placed as `where` says; each verdict is appended to `log` as it
+    arrives.
 
-    `prepare(item) -> EvalJob` runs in the worker thread, so reading a file is spread over devices.
-    A prepare or harness failure is not a verdict: it goes to stats["harness_errors"] and a rerun
-    retries it. Ctrl-C lets each worker finish its current item; everything written is kept.
+    A prepare failure or a worker that crashed under a candidate is not a verdict: it goes to
+    stats["harness_errors"] and a rerun retries it. Ctrl-C stops the run; everything written is kept.
     """
-    from kbencheval.eval.config import cpu_threads_per_evaluator, device_memory_per_evaluator
-    from kbencheval.eval import Evaluator
+    from kbencheval.eval.pool.core import WORKER_CRASHED
 
-    eval_cfg = cpu_threads_per_evaluator(eval_cfg, devices.count("cpu"))
-    gpus = [d for d in devices if d != "cpu"]
-    eval_cfg = device_memory_per_evaluator(eval_cfg, max((gpus.count(d) for d in set(gpus)), default=1))
-    work: queue.Queue = queue.Queue()
+    jobs: list[EvalJob] = []
     for item in todo:
-        work.put(item)
-    stop = threading.Event()
-    mutex = threading.Lock()
-
+        try:
+            jobs.append(prepare(item))
+        except Exception as e:  # unreadable input, not a verdict: a rerun retries it
+            stats["harness_errors"].append(f"{item_name(item)}: {type(e).__name__}: {e}")
     with make_progress() as progress:
-        task = progress.add_task(f"{label} on {', '.join(sorted(set(devices)))}", total=len(todo))
+        task = progress.add_task(f"{label} on {where.describe()}", total=len(todo))
+        progress.advance(task, len(todo) - len(jobs))
 
-        def worker(device: str) -> None:
-            try:
-                with Evaluator(dataclasses.replace(eval_cfg, device=device)) as evaluator:
-                    while not stop.is_set():
-                        try:
-                            item = work.get_nowait()
-                        except queue.Empty:
-                            return
-                        evaluate_one(evaluator, item, device)
-            except Exception as e:  # the Evaluator itself failed to start on this device
-                with mutex:
-                    stats["harness_errors"].append(f"{device}: evaluator failed: {e}")
-
-        def evaluate_one(evaluator, item, device: str) -> None:
-            try:
-                job = prepare(item)
-                if job.preset is not None:
-                    result = job.preset
-                    result.device = result.device or device
-                else:
-                    result = evaluator.evaluate(job.problem, job.text, backend=job.backend)
-            except Exception as e:  # a harness bug or unreadable input, not a verdict: a rerun retries it
-                with mutex:
-                    stats["harness_errors"].append(f"{item_name(item)}: {type(e).__name__}: {e}")
-                progress.advance(task)
-                return
-            log.append({**job.keys, **result.to_dict()})
-            with mutex:
+        def record(job: EvalJob, result: EvalResult) -> None:
+            if result.checks.get("pool") == WORKER_CRASHED:
+                stats["harness_errors"].append(f"{job.name}: {result.error}")
+            else:
+                log.append({**job.keys, **result.to_dict()})
                 stats["evaluated"] += 1
                 stats["status_counts"][result.status.value] += 1
-                tally = " ".join(f"{s}={n}" for s, n in stats["status_counts"].most_common(3))
+            tally = " ".join(f"{s}={n}" for s, n in stats["status_counts"].most_common(3))
             progress.update(task, advance=1, description=f"{label} [{tally}]")
             if verbose:
                 speed = f" speedup {result.speedup:.2f}x" if result.timing_meaningful and result.speedup else ""
                 progress.console.print(f"{job.name}: {result.status.value}{speed}"
                                        f"{' - ' + result.error[:120] if result.error else ''}")
 
-        threads = [threading.Thread(target=worker, args=(d,), name=f"eval-{d}", daemon=True) for d in devices]
-        for t in threads:
-            t.start()
-        try:
-            for t in threads:
-                while t.is_alive():
-                    t.join(timeout=0.5)
-        except KeyboardInterrupt:
-            stop.set()  # workers finish their current item; everything written so far is kept
-            raise
+        for job in jobs:
+            if job.preset is not None:
+                record(job, job.preset)
+        to_judge = [job for job in jobs if job.preset is None]
+        if to_judge:
+            with where.start_pool(eval_cfg) as pool:
+                pool.evaluate([(job.problem, job.text, job.backend) for job in to_judge],
+                              on_result=lambda i, result: record(to_judge[i], result))
 
 
 def evaluate_run(cfg: EvalRunConfig) -> dict:
     """Evaluate what is missing; returns {"evaluated", "skipped", "harness_errors", "status_counts"}."""
-    devices = cfg.devices()  # a device torch cannot use fails first, before problems are loaded
+    cfg.check_placement()  # a device torch cannot use fails first, before problems are loaded
     run = run_dir(cfg.runs_dir, cfg.run_name)
     manifest = read_json(run / MANIFEST)
     backend = cfg.backend or manifest.get("backend", "triton")
@@ -188,7 +158,7 @@ def evaluate_run(cfg: EvalRunConfig) -> dict:
                                     error=f"generation failed: {gen.error}")
             return EvalJob(keys, problems[key], gen.text, backend, preset, f"{gen.problem_key} #{gen.sample}")
 
-        run_pool(todo, prepare, devices, cfg.eval, log, stats, label=f"eval {cfg.run_name}",
+        run_pool(todo, prepare, cfg, cfg.eval, log, stats, label=f"eval {cfg.run_name}",
                  verbose=cfg.verbose, item_name=lambda item: f"{item[2].parent.name}/{item[2].name}")
     return stats
 

@@ -113,13 +113,13 @@ def verify(cfg: VerifyConfig) -> dict:
                       f"all reasons in {out / SKIPPED}[/]")
     if not records:
         raise CorpusError(f"no usable records in {cfg.path or cfg.source}; see {out / SKIPPED}")
-    devices = cfg.devices()
+    cfg.check_placement()
     stats = {"evaluated": 0, "skipped_rows": len(skipped), "harness_errors": [], "status_counts": Counter()}
     with ResultsLog(out / VERDICTS) as log:
         todo = [r for r in records if (r.id, 0) not in log.done]
         stats["already_done"] = len(records) - len(todo)
         if todo:
-            run_pool(todo, prepare_job, devices, cfg.eval, log, stats, label=f"verify {cfg.source}",
+            run_pool(todo, prepare_job, cfg, cfg.eval, log, stats, label=f"verify {cfg.source}",
                      verbose=cfg.verbose, item_name=lambda r: r.id)
     return stats
 

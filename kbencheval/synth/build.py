@@ -21,7 +21,6 @@ import dataclasses
 import json
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kbencheval.config import ConfigError
@@ -206,27 +205,22 @@ def verify(problems: list[SynthProblem], *, device: str = "cpu", workers: int = 
     """Evaluate every variant with the real evaluator (its own sandbox, judge and checks); keep the
     variants judged correct and the problems with at least one. Returns (kept, drop reasons).
     timing=True (GPU only) also times each variant, so the manifest shows what the speed reward prefers."""
-    from kbencheval.eval.config import cpu_threads_per_evaluator
-    from kbencheval.eval import EvalConfig, Evaluator
+    from kbencheval.eval import EvalConfig
+    from kbencheval.eval.pool import EvaluatorPool
     from kbencheval.progress import progress_bar
 
     kept, dropped = static_filter(problems)
     jobs = [(p, v) for p in kept for v in p.variants]
     verdicts: dict[tuple[int, str], object] = {}
-    shards = [jobs[i::workers] for i in range(max(1, min(workers, len(jobs))))]
     cfg = EvalConfig(device=device, trials=trials, timeout_s=timeout_s, timing=timing)
-    if device == "cpu":
-        cfg = cpu_threads_per_evaluator(cfg, len(shards))
-
-    def run(shard: list, advance) -> None:
-        with Evaluator(cfg) as ev:
-            for p, v in shard:
-                problem = parse_problem(p.source, level=1, problem_id=p.problem_id, name=p.name)
-                verdicts[(p.problem_id, v)] = ev.evaluate(problem, f"```python\n{p.variants[v]}```")
-                advance()
-
-    with progress_bar(len(jobs), "verify variants") as advance, ThreadPoolExecutor(len(shards)) as pool:
-        list(pool.map(lambda shard: run(shard, advance), shards))
+    if jobs:
+        candidates = [(parse_problem(p.source, level=1, problem_id=p.problem_id, name=p.name),
+                       f"```python\n{p.variants[v]}```") for p, v in jobs]
+        # every variant is its own candidate, so nothing is deduplicated
+        with progress_bar(len(jobs), "verify variants") as advance, \
+                EvaluatorPool(cfg, [device] * max(1, min(workers, len(jobs))), dedupe=False) as pool:
+            for (p, v), result in zip(jobs, pool.evaluate(candidates, on_result=lambda i, r: advance())):
+                verdicts[(p.problem_id, v)] = result
     out = []
     for p in kept:
         for v in list(p.variants):

@@ -22,7 +22,7 @@ from smart.algo.overlong import apply_overlong
 from smart.config import RLConfig, load_plugin
 from smart.ray.placement import Slot
 from smart.reward.metrics import rollout_metrics, verdict_rates
-from smart.reward.pool import EvalPool
+from smart.reward.pool import reward_pool
 from smart.reward.presets import preset_rewards
 from smart.rollout.data import DataSource
 from smart.rollout.engines import engine_kind
@@ -53,7 +53,7 @@ class RolloutManager:
         self.kind = engine_kind(self.rc.engine)
         self.fleet = EngineFleet(self.kind, cfg, slots)  # the engines, restarted or dropped when they die
         self.weights_version = 0  # the version the last sync_weights recorded; engines must serve it
-        self.pool = EvalPool(cfg.reward, reward_slots)
+        self.pool = reward_pool(cfg.reward, reward_slots)
         default_generate = generate_multi_turn if self.rc.max_turns > 1 else generate_single_turn
         self.generate_fn = load_plugin(self.rc.generate_fn, "rollout.generate_fn") if self.rc.generate_fn else default_generate
         self.reward_fn = load_plugin(cfg.reward.reward_fn, "reward.reward_fn") if cfg.reward.reward_fn else preset_rewards
