@@ -32,7 +32,7 @@ from kbencheval.eval.processes.sandbox.env import scrub
 from kbencheval.eval.processes.server import HarnessError, _Server, bwrap_args, bwrap_profile, bwrap_works  # noqa: F401
 from kbencheval.eval.contract.seeds import RunSeeds, stress_names
 from kbencheval.eval.sharing.rounds import timed_outputs_per_request
-from kbencheval.eval.trusted.session import Session
+from kbencheval.eval.trusted.session import Session, SessionHandles
 from kbencheval.eval.trusted.timing_checks import gate_window
 from kbencheval.eval.sharing.sizing import CUDA_CONTEXT_BYTES, DEVICE_MEMORY_FRACTION, device_bytes_needed
 from kbencheval.eval.trusted.screen import screen
@@ -273,8 +273,10 @@ class Evaluator(EvaluatorProcesses):
                 raise launch.error
             if time.monotonic() < launch.conn.deadline:  # a start that ran past its deadline times out now
                 launch.conn.deadline = time.monotonic() + cfg.timeout_s
-            return Session(self, launch.conn, launch.pid, job, checks, launch.tolerance).run(trials, seeds,
-                                                                                             launch.started)
+            handles = SessionHandles(cfg=cfg, gate=self.gate, device_share=self.device_share, judge=self._judge_call,
+                                     exit_status=lambda pid: self._server.call(op="exit_status", pid=pid))
+            return Session(handles, launch.conn, launch.pid, job, checks, launch.tolerance).run(trials, seeds,
+                                                                                                launch.started)
         except TimeoutError:
             return EvalResult(Status.TIMEOUT, error=f"the candidate did not finish within {cfg.timeout_s:g} s",
                               checks=checks)

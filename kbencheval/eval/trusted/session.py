@@ -7,10 +7,12 @@ but the answer to the current request is protocol abuse and the candidate is `re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import signal
 import time
 from pathlib import Path
+from typing import Callable
 
 from kbencheval.eval.contract.errors import clip, last_exception_line, tail
 from kbencheval.eval.sharing.parts import add_parts
@@ -31,6 +33,17 @@ HARNESS_KEYS = frozenset({"seeds", "static", "sizes", "stress_trials", "timing_r
                           "timing_path"})
 
 
+@dataclasses.dataclass(frozen=True)
+class SessionHandles:
+    """What a Session may use of its Evaluator, and nothing more: not its processes, caches or counters."""
+
+    cfg: object  # EvalConfig
+    gate: object  # the device's DeviceGate: timing takes it alone
+    device_share: Callable  # window -> the gate for correctness work (shared, or alone after an OOM)
+    judge: Callable  # a typed request (protocol.py) -> the judge process's reply
+    exit_status: Callable  # pid -> how the fork server saw that worker end
+
+
 class Session(TimingChecks):
     """One candidate's conversation: the harness asks, the worker answers, the judge decides.
 
@@ -39,8 +52,8 @@ class Session(TimingChecks):
     judge passed them all. Any other message is protocol abuse (`rejected`).
     """
 
-    def __init__(self, ev, conn, pid: int, job: CandidateJob, checks: dict, tolerance: dict):
-        self.ev, self.conn, self.pid, self.job, self.checks, self.tolerance = ev, conn, pid, job, checks, tolerance
+    def __init__(self, handles: SessionHandles, conn, pid: int, job: CandidateJob, checks: dict, tolerance: dict):
+        self.handles, self.conn, self.pid, self.job, self.checks, self.tolerance = handles, conn, pid, job, checks, tolerance
         self.spent = self.checks["harness_s"] = {}  # per phase: seconds waiting on the worker and on the judge
         self.compiled = False
         self.requested: list[Trial] = []
@@ -50,7 +63,7 @@ class Session(TimingChecks):
 
     def run(self, trials: list[Trial], seeds: RunSeeds, started: float | None = None) -> EvalResult:
         """`started`: when the worker's fork was requested (its start, until Ready, is `harness_s["start"]`)."""
-        cfg = self.ev.cfg
+        cfg = self.handles.cfg
         self.watchdog = MemoryWatchdog(self.pid, cfg.memory_limit_gb) if not cfg.on_cpu else None
         timed = self.job.timing.enabled  # more of this candidate's outputs follow the trials
         try:
@@ -62,7 +75,7 @@ class Session(TimingChecks):
                 return EvalResult(Status.CORRECT, compiled=True, correct=True, checks=self.checks)
             if self.job.timing.mode == "trusted":
                 return self.trusted_timing(seeds)  # holds the device alone only while it measures
-            with self.ev.gate.exclusive(gate_window(self.checks, "timing")):
+            with self.handles.gate.exclusive(gate_window(self.checks, "timing")):
                 return self.eager_timing(seeds)
         except ProtocolError as e:
             return EvalResult(Status.REJECTED, compiled=self.compiled, checks=self.checks,
@@ -81,19 +94,19 @@ class Session(TimingChecks):
         per trial, so a timer waiting for it waits for one trial of each, not for all of them."""
         judged: tuple[Outputs, list[Trial]] | None = None  # the last trial's outputs, not yet judged
         for trial in trials:  # Triton compiles in the first, on first call, with the device let go
-            with self.ev.device_share(gate_window(self.checks, "trials")) as hold:
+            with self.handles.device_share(gate_window(self.checks, "trials")) as hold:
                 self.request(RunPhase(phase="trials", trials=[trial]))
                 if judged is not None:
                     self.judge(*judged, trim=False)
                 judged = (self.answer("trials", hold), [trial])
         if judged is not None:
-            with self.ev.device_share(gate_window(self.checks, "trials")):
+            with self.handles.device_share(gate_window(self.checks, "trials")):
                 self.judge(*judged, trim=trim)
 
     def eager_timing(self, seeds: RunSeeds) -> EvalResult:
         """KernelBench-style timing in the worker; four timed calls, unknown to the candidate until now,
         and a post-timing trial are checked by the judge."""
-        spot = sorted(random.SystemRandom().sample(range(self.ev.cfg.iters), min(4, self.ev.cfg.iters)))
+        spot = sorted(random.SystemRandom().sample(range(self.handles.cfg.iters), min(4, self.handles.cfg.iters)))
         post = self.ask(RunPhase(phase="timing", trials=list(seeds.post_timing),
                                  timing_trials=list(seeds.timing), spot_checks=spot))
         self.judge(post, where="after timing")
@@ -120,7 +133,7 @@ class Session(TimingChecks):
         try:
             while isinstance(reply := self.expect((Outputs, Compiling), phase), Compiling):
                 self.compile_aside(hold)
-            if self.ev.cfg.on_cpu:
+            if self.handles.cfg.on_cpu:
                 self.check_compiled_code()
             return reply
         finally:
@@ -164,7 +177,7 @@ class Session(TimingChecks):
         msg = self.conn.recv()
         if self.watchdog and self.watchdog.tripped:
             raise _Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=self.compiled, checks=self.checks,
-                                      error=f"the candidate exceeded the {self.ev.cfg.memory_limit_gb:g} GiB "
+                                      error=f"the candidate exceeded the {self.handles.cfg.memory_limit_gb:g} GiB "
                                             "host memory limit"))
         if msg is None:
             raise _Verdict(self.died())
@@ -187,7 +200,7 @@ class Session(TimingChecks):
         while more outputs follow."""
         expected = self.requested if expected is None else expected
         clock = time.monotonic()
-        reply = self.ev._judge_call(Compare(job_dir=self.job.job_dir, phase=outputs.phase, tolerance=self.tolerance,
+        reply = self.handles.judge(Compare(job_dir=self.job.job_dir, phase=outputs.phase, tolerance=self.tolerance,
                                             expected=expected, items=outputs.items,
                                             committed=committed, digest_seeds=digest_seeds, trim=trim))
         self.add_spent(outputs.phase, "judge_s", clock)
@@ -206,7 +219,7 @@ class Session(TimingChecks):
 
     def died(self) -> EvalResult:
         time.sleep(0.05)
-        status = self.ev._server.call(op="exit_status", pid=self.pid)
+        status = self.handles.exit_status(self.pid)
         log_tail = tail(Path(self.job.job_dir) / "worker.log")
         if status.get("signal"):
             error = f"the candidate process died with {signal.Signals(status['signal']).name}"

@@ -53,11 +53,11 @@ class TimingChecks:
         Only the rounds hold the device alone. Building the timers (capture, warm-up, one untimed pass)
         measures nothing and shares it; so does judging the picked outputs, a request at a time."""
         spec = self.job.timing
-        rng = random.Random(seeds.timing[0].seed) if self.ev.cfg.seed is not None else random.SystemRandom()
+        rng = random.Random(seeds.timing[0].seed) if self.handles.cfg.seed is not None else random.SystemRandom()
         # Each step below takes the shared device on its own, so that a timer waiting for the device waits
         # for one step of ours, not for the whole setup or for all the picked outputs (on the H100, eight
         # Evaluators' timers spent 7-9 s of a 35-40 s pass waiting for such work to drain).
-        with self.ev.device_share(gate_window(self.checks, "timing_setup")) as hold:
+        with self.handles.device_share(gate_window(self.checks, "timing_setup")) as hold:
             # Both timers at once, each in its own process.
             self.request(RunPhase(phase="timing_setup", trials=[], timing_trials=list(seeds.timing[:1])))
             ref_setup = self.judge_timing(TimeReference(spec=spec, trials=list(seeds.timing[:1]), setup=True))
@@ -65,7 +65,7 @@ class TimingChecks:
         eager = self.check_device_kernels(setup, ref_setup.get("device_kernels")) == "profiler"
         # Which path timed the candidate: its captured graph, or eager calls (one that cannot be captured, or
         # whose launches the capture did not see: timing.Timer.replay_matches_eager), each with its own checks.
-        self.checks["timing_path"] = "eager" if eager or self.ev.cfg.on_cpu else "cuda_graph"
+        self.checks["timing_path"] = "eager" if eager or self.handles.cfg.on_cpu else "cuda_graph"
         self.checks["fresh_inputs"] = {"reference": str(ref_setup.get("fresh_inputs", "")),
                                        "candidate": str(setup.timing.get("fresh_inputs", "")
                                                         if isinstance(setup.timing, dict) else "")[:200]}
@@ -73,7 +73,7 @@ class TimingChecks:
         rounds = self.checks["timing_rounds"] = []  # per round: wall and event seconds of both sides
         picks: list[tuple[Trial, list, int]] = []  # picked iterations, each with its digest and the digest's seed
         per_round = picks_per_round(spec)
-        with self.ev.gate.exclusive(gate_window(self.checks, "timing")):
+        with self.handles.gate.exclusive(gate_window(self.checks, "timing")):
             # The floor's yardstick: measured once per judge, with the device to itself.
             bandwidth = self.judge_timing(TimeReference(spec=spec, trials=[], bandwidth=True))["bandwidth_gbs"]
             for r, size in enumerate(round_sizes(spec.iters)):
@@ -86,7 +86,7 @@ class TimingChecks:
         per_request = spec.outputs_per_request
         for start in range(0, len(picks), per_request):
             batch = picks[start:start + per_request]
-            with self.ev.device_share(gate_window(self.checks, "timed_outputs")):
+            with self.handles.device_share(gate_window(self.checks, "timed_outputs")):
                 self.judge(self.ask(RunPhase(phase="timed_outputs", trials=[p for p, _, _ in batch])),
                            where="in a timed iteration", committed=[c for _, c, _ in batch],
                            digest_seeds=[s for _, _, s in batch], trim=start + per_request >= len(picks))
@@ -136,7 +136,7 @@ class TimingChecks:
         protocol abuse. A failed enumeration is recorded and, where the judge's enumeration of the
         reference's graph worked on the same device, rejected: the candidate's doing, not the driver's.
         Returns the report's source ('graph' or 'profiler'; '' on the CPU, where there is none)."""
-        if self.ev.cfg.on_cpu:
+        if self.handles.cfg.on_cpu:
             return ""
         report = (reply.timing or {}).get("device_kernels") if isinstance(reply.timing, dict) else None
         if problem := check_report(report):
@@ -163,7 +163,7 @@ class TimingChecks:
         return report["source"]
 
     def judge_timing(self, msg: TimeReference) -> dict:
-        reply = self.ev._judge_call(msg)
+        reply = self.handles.judge(msg)
         if isinstance(reply.get("parts_s"), dict):
             add_parts(self.checks.setdefault("judge_parts_s", {}).setdefault("timing_setup", {}), reply["parts_s"])
         if not reply.get("ok"):
