@@ -121,3 +121,16 @@ def test_placement_and_devices_are_checked():
         EvaluatorPool(EvalConfig(device="cpu"), ["cpu"], placement="k8s")
     with pytest.raises(ValueError, match="at least one device"):
         EvaluatorPool(EvalConfig(device="cpu"), [])
+
+
+def test_an_unreachable_ray_cluster_is_one_clear_error_not_a_wait():
+    pytest.importorskip("ray")
+    from kbencheval.bench.config import EvaluatorPoolConfig
+    from kbencheval.config import ConfigError
+    from tests.support import free_port
+
+    cfg = EvaluatorPoolConfig(placement="ray", device="cpu", ray_address=f"127.0.0.1:{free_port()}")
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match=r"ray_address=127.0.0.1:\d+: no Ray head answers there .*ray start --head"):
+        cfg.check_placement()
+    assert time.monotonic() - t0 < 10

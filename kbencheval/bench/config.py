@@ -72,9 +72,11 @@ class EvaluatorPoolConfig:
         return resolve_devices(self.device, self.num_gpus, self.cpu_workers, self.workers_per_gpu)
 
     def check_placement(self) -> None:
-        """Fails now, before any work, on a device this machine cannot use (local placement)."""
+        """Fails now, before any work, on a device this machine cannot use or a Ray cluster that is not there."""
         if self.placement == "local":
             self.devices()
+        else:
+            self._join_ray()
 
     def describe(self) -> str:
         if self.placement == "ray":
@@ -91,15 +93,10 @@ class EvaluatorPoolConfig:
         return EvaluatorPool(eval_cfg, devices, placement="ray", ray_options=options, dedupe=dedupe)
 
     def _ray_layout(self) -> tuple[list[str], list[dict]]:
-        """Joins (or starts) the Ray cluster; one actor per evaluator, spread over its nodes."""
+        """One actor per evaluator, spread over the cluster's nodes."""
         import ray
 
-        if not ray.is_initialized():
-            try:
-                ray.init(address=self.ray_address or None, include_dashboard=False, log_to_driver=False)
-            except ConnectionError as e:
-                raise ConfigError(f"ray_address={self.ray_address!r}: no Ray cluster answered ({e}); start one "
-                                  "with `ray start --head` or leave ray_address empty") from None
+        self._join_ray()
         if self.device == "cpu":
             return ["cpu"] * self.cpu_workers, [{"num_cpus": 1, "scheduling_strategy": "SPREAD"}] * self.cpu_workers
         gpus = self.num_gpus or int(ray.cluster_resources().get("GPU", 0))
@@ -107,6 +104,33 @@ class EvaluatorPoolConfig:
             raise ConfigError("placement=ray device=cuda: the Ray cluster has no GPU; set device=cpu or add GPU nodes")
         count = gpus * self.workers_per_gpu
         return ["cuda"] * count, [{"num_gpus": 1 / self.workers_per_gpu, "scheduling_strategy": "SPREAD"}] * count
+
+    def _join_ray(self) -> None:
+        """Joins the cluster at ray_address (or starts a Ray here) unless this process already has one."""
+        import ray
+
+        if ray.is_initialized():
+            return
+        _require_listening(self.ray_address)
+        try:
+            ray.init(address=self.ray_address or None, include_dashboard=False, log_to_driver=False)
+        except ConnectionError as e:
+            raise ConfigError(f"ray_address={self.ray_address!r}: no Ray cluster answered ({e}); start one "
+                              "with `ray start --head` or leave ray_address empty") from None
+
+
+def _require_listening(address: str) -> None:
+    """Ray waits minutes on an address where nothing answers; a HOST:PORT is tried here first."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return  # "" (a new local Ray) or "auto" (the cluster this machine knows): Ray says at once
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise ConfigError(f"ray_address={address}: no Ray head answers there ({e.strerror or e}); start one with "
+                          "`ray start --head --port=PORT` or fix the address") from None
 
 
 @dataclasses.dataclass(kw_only=True)
