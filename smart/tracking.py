@@ -40,6 +40,9 @@ def init_ray(cfg: ClusterConfig) -> bool:
         return False
     env = ray_worker_env()
     if cfg.ray_address:
+        from kbencheval.bench.config import require_ray_head
+
+        require_ray_head(cfg.ray_address, "cluster.ray_address")
         ray.init(address=cfg.ray_address, runtime_env={"env_vars": env}, log_to_driver=True)
     else:
         ray.init(num_cpus=cfg.num_cpus, include_dashboard=False, runtime_env={"env_vars": env}, log_to_driver=True)

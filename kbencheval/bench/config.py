@@ -111,7 +111,7 @@ class EvaluatorPoolConfig:
 
         if ray.is_initialized():
             return
-        _require_listening(self.ray_address)
+        require_ray_head(self.ray_address)
         try:
             ray.init(address=self.ray_address or None, include_dashboard=False, log_to_driver=False)
         except ConnectionError as e:
@@ -119,7 +119,7 @@ class EvaluatorPoolConfig:
                               "with `ray start --head` or leave ray_address empty") from None
 
 
-def _require_listening(address: str) -> None:
+def require_ray_head(address: str, key: str = "ray_address") -> None:
     """Ray waits minutes on an address where nothing answers; a HOST:PORT is tried here first."""
     import socket
 
@@ -129,7 +129,7 @@ def _require_listening(address: str) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
     except OSError as e:
-        raise ConfigError(f"ray_address={address}: no Ray head answers there ({e.strerror or e}); start one with "
+        raise ConfigError(f"{key}={address}: no Ray head answers there ({e.strerror or e}); start one with "
                           "`ray start --head --port=PORT` or fix the address") from None
 
 
