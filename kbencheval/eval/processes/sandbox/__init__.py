@@ -94,9 +94,7 @@ def _probe_once(server: ServerSandbox, plan: dict, probe_dir: str, wanted: list[
     payload = {"plan": plan, "wanted": wanted, "probe_dir": probe_dir}
     try:
         if "pid-ns" in wanted:
-            middle, _ = server.spawn_init("probe", payload)
-            if not _wait_gone(middle):
-                return {"layer": "pid-ns", "error": f"the probe did not finish within {PROBE_TIMEOUT_S:g} s"}
+            server.run_to_end("probe", payload, PROBE_TIMEOUT_S)
         else:
             pid = os.fork()
             if pid == 0:
@@ -115,24 +113,6 @@ def _probe_once(server: ServerSandbox, plan: dict, probe_dir: str, wanted: list[
 # A loaded machine (many evaluators starting at once on a few cores) can take tens of seconds to run the
 # probe; a probe cut short would count as a missing layer and refuse every evaluation that follows.
 PROBE_TIMEOUT_S = 180.0
-
-
-def _wait_gone(pid: int, timeout: float = PROBE_TIMEOUT_S) -> bool:
-    """Whether `pid` exited (or became a zombie) within `timeout`."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while os.path.exists(f"/proc/{pid}"):
-        if time.monotonic() >= deadline:
-            return False
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except OSError:
-            return True
-        time.sleep(0.005)
-    return True
 
 
 class _LayerFailed(Exception):

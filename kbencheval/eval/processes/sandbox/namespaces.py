@@ -111,7 +111,8 @@ class ServerSandbox:
                     request = json.loads(line)
                     try:
                         middle, init = _spawn_init(lambda: handlers[request["what"]](request["payload"]))
-                        replies.write(json.dumps({"middle": middle, "init": init}) + "\n")
+                        done = _wait_child(middle, request["wait_s"]) if request.get("wait_s") else ""
+                        replies.write(json.dumps({"error": done} if done else {"middle": middle, "init": init}) + "\n")
                     except OSError as e:
                         replies.write(json.dumps({"error": e.strerror or str(e)}) + "\n")
             os._exit(0)
@@ -136,6 +137,15 @@ class ServerSandbox:
         finally:
             os.close(fd)
         return middle, reply["init"]
+
+    def run_to_end(self, what: str, payload, timeout_s: float) -> None:
+        """Run handlers[what](payload) as PID 1 of a fresh PID namespace until it ends, without joining that
+        namespace (the sandbox probe). The helper, the intermediate's parent, waits: from here the
+        intermediate of a quick run could be gone, its /proc entry with it, before spawn_init read it."""
+        self._requests.write(json.dumps({"what": what, "payload": payload, "wait_s": timeout_s}) + "\n")
+        reply = json.loads(self._replies.readline() or '{"error": "the namespace helper died"}')
+        if "error" in reply:
+            raise OSError(1, reply["error"])
 
     def members(self) -> list[int]:
         """Live processes of the judge's PID namespace (pids as this process sees them)."""
@@ -220,31 +230,68 @@ def _mirror_exit(pid: int) -> None:
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
+def _wait_child(pid: int, timeout_s: float) -> str:
+    """In the helper (SIGCHLD ignored, so an exited child is reaped at once and waitpid then says it has
+    none): '' once child `pid` has ended, else why not, after killing it."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                return ""
+        except ChildProcessError:
+            return ""
+        time.sleep(0.005)
+    os.kill(pid, signal.SIGKILL)  # its PID 1 dies with it (PDEATHSIG)
+    return f"the run did not finish within {timeout_s:g} s"
+
+
 def _spawn_init(run) -> tuple[int, int]:
     """Fork an intermediate that makes a PID namespace, forks run() as its PID 1, then mirrors its exit."""
     r, w = os.pipe()
     middle = os.fork()
     if middle == 0:
-        os.close(r)
-        try:
+        try:  # the intermediate never returns into its caller's code, whatever fails
+            os.close(r)
+            # The helper ignores SIGCHLD; inherited, that would reap an init that ends at once before
+            # _mirror_exit waits for it.
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.setsid()
             L.prctl(L.PR_SET_PDEATHSIG, signal.SIGKILL)
             L.unshare(L.CLONE_NEWPID)
             init = os.fork()
-        except OSError as e:
-            os.write(w, f"error {e.strerror}".encode())
-            os._exit(70)
-        if init == 0:
+            if init == 0:
+                os.close(w)
+                signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # as it was before: its orphans are reaped at once
+                L.prctl(L.PR_SET_PDEATHSIG, signal.SIGKILL)
+                _run_then_exit(run)
+            os.write(w, str(init).encode())
             os.close(w)
-            L.prctl(L.PR_SET_PDEATHSIG, signal.SIGKILL)
-            run()
-            os._exit(0)
-        os.write(w, str(init).encode())
-        os.close(w)
-        _mirror_exit(init)
+            _mirror_exit(init)
+        except BaseException as e:  # noqa: BLE001 - reported on the pipe while it is open, then exit
+            try:
+                os.write(w, f"error {getattr(e, 'strerror', None) or e}".encode())
+            except OSError:
+                pass
+        finally:
+            os._exit(70)
     os.close(w)
     with os.fdopen(r) as f:
         text = f.read()
     if not text.isdigit():
         raise OSError(1, text or "the intermediate died")
     return middle, int(text)
+
+
+def _run_then_exit(run) -> None:
+    """PID 1's whole life: run(), then exit; an error ends it too (status 1), never returning into the
+    code it was forked from."""
+    try:
+        run()
+    except BaseException:  # noqa: BLE001 - its traceback goes to the log, then it ends
+        import traceback
+
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
