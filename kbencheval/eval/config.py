@@ -73,12 +73,12 @@ class EvalConfig:
     timing stops after `min_iters` once the speedup is known to `timing_target_rse`."""
     min_iters: int = 20
     """Trusted mode: timed calls per model before timing may stop early (capped by iters; = iters: always
-    iters). 20 rather than 40: 9-10% more candidates/min on the H100 in two side-by-side calls, both
-    equally reproducible (docs/evaluator.md, "Timing may stop at 20")."""
+    iters). 20 rather than 40: more candidates/min, equally reproducible, in side-by-side runs
+    (docs/history/evaluator-performance.md, "Timing may stop at 20")."""
     timing_target_rse: float = 0.003
     """Trusted mode: stop once the relative standard error of the speedup, from the per-round speedups,
-    is at most this (0: never early). On the H100 the bundled suite then stays reproducible to well
-    under 1% (docs/evaluator.md)."""
+    is at most this (0: never early). Tight enough that the bundled suite's speedups reproduce from pass
+    to pass to well under a percent (docs/evaluator.md)."""
     timing_input_sets: int = 8
     """Distinct fresh input sets rotated through the timed calls (at least 2, capped by timing_input_gb)."""
     timing_input_gb: float = 6.0
@@ -180,9 +180,9 @@ def cpu_threads_per_evaluator(cfg: EvalConfig, evaluators_on_cpu: int) -> EvalCo
 
 
 def device_memory_per_evaluator(cfg: EvalConfig, evaluators_on_device: int) -> EvalConfig:
-    """`cfg` with timing_input_gb and judge_cache_gb split among the Evaluators that share one GPU: 4
-    Evaluators with 6 GB of timing inputs and 8 GB of cached reference outputs each ran an H100 out of
-    memory on the bundled suite."""
+    """`cfg` with timing_input_gb and judge_cache_gb split among the Evaluators that share one GPU: the
+    defaults are sized for one Evaluator, and several each holding them ran the GPU out of memory on
+    the bundled suite."""
     if cfg.on_cpu or evaluators_on_device <= 1:
         return cfg
     return dataclasses.replace(cfg, timing_input_gb=cfg.timing_input_gb / evaluators_on_device,

@@ -109,7 +109,7 @@ def _send(sock: socket.socket, obj: dict) -> None:
 @functools.lru_cache(maxsize=None)
 def code_version() -> str:
     """A hash of kbencheval's sources (problems aside): a server started before a change would otherwise
-    judge with the old code while the config still matches. ~20 ms."""
+    judge with the old code while the config still matches. Cached: hashing every source is not free."""
     root = Path(__file__).resolve().parents[2]  # kbencheval/
     h = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*.py") if "problems" not in p.relative_to(root).parts):

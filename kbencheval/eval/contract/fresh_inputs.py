@@ -54,8 +54,8 @@ class FreshInputs:
         finally:
             torch.cuda.set_stream(stream)  # a capture that raised never left its capture stream
         # Without this sync, the first replay sometimes drew other random numbers than make_inputs under
-        # the same seed (all its elements; the replays after it were right): 13 of 84 captures with five
-        # processes sharing an H100, 0 of 84 with it. Each such timer copied its inputs instead.
+        # the same seed (all its elements; the replays after it were right) when several processes shared
+        # the device; with the sync, never. Each such timer copied its inputs instead.
         torch.cuda.synchronize(self.device)
         device = self.device if self.device.index is not None else torch.device("cuda", torch.cuda.current_device())
         if any(isinstance(x, torch.Tensor) and x.device != device for x in static):
@@ -84,7 +84,7 @@ class FreshInputs:
 def end_rng_capture_state(device: torch.device) -> None:
     """After a capture that failed midway, torch's CUDA generator still believes it is capturing (the
     capture's epilogue never ran), and every later random op raises "Offset increment outside graph
-    capture" (seen on the H100 for a forward with a host sync). A trivial capture that succeeds runs
+    capture" (as after a forward with a host sync). A trivial capture that succeeds runs
     the epilogue; `make_inputs` reseeds before every use, so the generator's values are unaffected."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

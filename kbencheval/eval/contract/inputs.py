@@ -112,8 +112,8 @@ def _rows(t: torch.Tensor, keep_dtype: bool = False) -> tuple[torch.Tensor, torc
 def _projected_rows(t: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's dot product with `w` in float32, and the tail (as float32). A half-precision GPU output
     is read once by a matrix product that accumulates and writes float32 (`out_dtype`), instead of
-    being copied to float32 first: that copy was twice the output's size, and made a 1.5 GB bfloat16
-    output's digest take 3.6 ms on the H100, against 0.94 ms now (benchmarks/timing_loop_profile.py)."""
+    being copied to float32 first: that copy was twice the output's size and made the digest several
+    times slower (benchmarks/probes/timing_loop_profile.py)."""
     if t.is_cuda and t.dtype in (torch.float16, torch.bfloat16):
         matrix, tail = _rows(t, keep_dtype=True)
         if not matrix.numel():

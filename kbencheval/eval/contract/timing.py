@@ -228,8 +228,8 @@ class Timer:
         """`run` for a captured graph: the whole round is queued on one stream and the host waits once,
         at its end. Each iteration's events still enclose only its replay (stream order puts the input
         writes and the flush before the start event), and the device does not idle waiting for the host
-        between iterations. With two host syncs per iteration, a 1 GB ReLU's iteration took 2.7 ms in
-        the rounds of eight Evaluators on an H100, for 1.95 ms of device work (docs/evaluator.md)."""
+        between iterations. With two host syncs per iteration, each a turn among the processes sharing
+        the device, an iteration took well beyond its device work (docs/history/evaluator-performance.md)."""
         events, digests = [], []
         with torch.no_grad():
             for trial in trials:

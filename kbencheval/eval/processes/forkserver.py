@@ -84,10 +84,10 @@ def _job_env(job: dict, plan: dict, layers: list[str]) -> None:
 def _block_while_waiting(device: str) -> None:
     """Makes this process sleep, not spin, while it waits for the device. By default (one context per
     process, fewer contexts than cores) CUDA spins in every host sync, so with eight Evaluators sixteen
-    workers and judges may spin on sixteen cores beside Triton's compiles and the harness. One
-    side-by-side on the H100 measured no throughput change (docs/evaluator.md); it frees the cores of
-    a shared node. Set on the primary context before torch creates it; without libcuda (ROCm) or on a
-    driver error it stays as it was."""
+    workers and judges may spin on sixteen cores beside Triton's compiles and the harness. It measured
+    no throughput change (docs/history/evaluator-performance.md), but frees the cores of a shared node.
+    Set on the primary context before torch creates it; without libcuda (ROCm) or on a driver error it
+    stays as it was."""
     import ctypes
 
     try:

@@ -1,6 +1,6 @@
 """The harness's side of a candidate's worker process: forked before its candidate is known, told it later.
 
-A worker's start (fork, CUDA context, imports, the tripwires' hooks) takes 1-2.5 s on a busy H100, and
+A worker's start (fork, CUDA context, imports, the tripwires' hooks) takes seconds on a busy GPU, and
 it needs nothing of the candidate. So each Evaluator forks the next candidate's worker as soon as a
 candidate is over (`Worker`, the spare): its start runs while the next candidate is checked, prepared
 by the judge and waits for device memory, and the candidate's job (`protocol.Assign`) goes to a worker

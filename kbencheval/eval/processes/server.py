@@ -34,7 +34,7 @@ def bwrap_args(scratch: str, hide: list[str] = (), writable_proc: bool = False) 
     """bubblewrap: read-only root, writable scratch, private /tmp, no network; hidden files read as empty.
 
     The host /proc is bound rather than a fresh procfs: CUDA fails to initialise (error 304) under a
-    new one. On the H100 machine we tested, CUDA also needed /proc writable; `writable_proc` allows
+    new one. On some hosts CUDA also needs /proc writable; `writable_proc` allows
     that while keeping /proc/sys (kernel settings) read-only.
     """
     proc = ["--bind", "/proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"] if writable_proc else \
@@ -76,7 +76,7 @@ def bwrap_works(device_type: str = "cpu") -> bool:
 
 @functools.lru_cache
 def nvidia_arch(device: str) -> int | None:
-    """`cuda:N`'s compute capability as nvidia-smi reports it (90 for an H100), without initialising
+    """`cuda:N`'s compute capability as nvidia-smi reports it (90 for 9.0), without initialising
     CUDA in this process; None where there is no nvidia-smi (ROCm) or it does not know the device."""
     try:
         out = subprocess.run(["nvidia-smi", "-i", physical_device_key(device).removeprefix("gpu-"),

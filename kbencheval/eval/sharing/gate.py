@@ -17,7 +17,7 @@ Only trusted harness code takes the gate; candidates never see its files.
 `reserve(nbytes, capacity)` admits candidates by device memory: each holds its estimated peak
 (worker and judge together) for its whole evaluation, and a candidate starts only while all
 reservations on the device fit the capacity. Before it, one lock admitted one large candidate at a
-time (two at once, each with its judge, had run an H100 out of memory): the large half of the
+time (two at once, each with its judge, had run the GPU out of memory): the large half of the
 bundled suite then ran one after another, and that sum was the pass time. The reservations live in a
 small JSON ledger beside the locks, changed only under an exclusive `flock`; a holder whose process
 is gone is dropped, so a crash never keeps memory reserved.

@@ -2,8 +2,8 @@
 compiled again.
 
 Each candidate compiles in a fresh private cache: its process belongs to the attacker, so nothing it
-writes may reach another candidate. On the H100 that cost every candidate of a warm pass its whole
-compile again (0.1-4 s of its worker's readiness, on the critical path). The expensive half of a
+writes may reach another candidate. That cost every candidate of a warm pass its whole compile again
+(up to seconds of its worker's readiness, on the critical path). The expensive half of a
 Triton compile (TTGIR, LLVM, PTX, ptxas) depends only on the TTIR and the compile options, so:
 
 - the worker's Triton runs its own frontend (Python to TTIR: candidate code, untrusted), then looks its

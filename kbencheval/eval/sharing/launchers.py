@@ -1,7 +1,7 @@
 """Triton launchers built by the harness, so that candidates load them instead of building their own.
 
 A Triton kernel's first launch in a process builds its launcher: C that Triton generates from the
-kernel's argument types and compiles with the system compiler. On the H100 that took 0.16-0.6 s of
+kernel's argument types and compiles with the system compiler. That took tenths of a second of
 each candidate's precompile (`checks["precompile"]["loading_s"]`), every time, because each candidate
 has a fresh private cache. The C depends only on the argument types (a pointer is a pointer whatever
 it points to), so most kernels of a run share a handful of launchers.

@@ -12,7 +12,7 @@ import statistics
 MAX_ROUNDS, MIN_ROUND = 20, 5
 JUDGED_TIMED_OUTPUTS = 8
 # Picked outputs recomputed and judged in one request while they fit this: each request is a few waits
-# for a time-sliced device (about 60 ms on an H100 shared by 8 Evaluators), whatever its outputs weigh.
+# for a time-sliced device (tens of milliseconds where Evaluators share it), whatever its outputs weigh.
 TIMED_BATCH_BYTES = 256 << 20
 
 

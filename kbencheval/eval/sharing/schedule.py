@@ -2,9 +2,9 @@
 
 A batch ends when its last candidate does. In the order given, the slow ones (an L3 problem whose
 kernels compile for seconds, a large matmul) often come last and run alone while the other
-Evaluators idle: on the H100 the bundled suite's warm pass ran 4.5-5.6 s of its 27 s with fewer
-candidates in flight than Evaluators. Starting the longest first (the classic LPT rule) leaves the
-short ones to fill the gaps at the end. The expectation is what the problem's evaluations took
+Evaluators idle: a noticeable share of the bundled suite's warm pass ran with fewer candidates in
+flight than Evaluators. Starting the longest first (the classic LPT rule) leaves the short ones to
+fill the gaps at the end. The expectation is what the problem's evaluations took
 before in this process (an RL run scores the same problems every epoch); a problem never seen keeps
 its place ahead of every known one, so a first batch runs in the order given.
 """

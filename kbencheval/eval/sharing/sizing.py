@@ -11,7 +11,7 @@ from kbencheval.eval.contract.seeds import STRESS_NAMES
 # Of the GPU's memory, what the candidates' reservations may add up to: the rest is for the CUDA
 # contexts of idle judges (one per Evaluator) and the allocators' fragmentation.
 DEVICE_MEMORY_FRACTION = 0.9
-CUDA_CONTEXT_BYTES = 1 << 30  # per process; a context on an H100 takes about 0.5 GB, cuBLAS adds workspace
+CUDA_CONTEXT_BYTES = 1 << 30  # per process: the CUDA context and cuBLAS's workspace, with room to spare
 COMPARE_SLICES_BYTES = 1 << 28  # judge.compare's float64 temporaries for one 8M-element slice of an output
 
 

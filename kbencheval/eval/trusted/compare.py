@@ -93,8 +93,8 @@ def compare_tensor(i: int, r: torch.Tensor, g: torch.Tensor, tol: dict, scale_at
 
 class Readback:
     """Numbers queued on the device by several checks, read back together: one wait for the device
-    instead of one per check. A wait is a turn among every process time-slicing the GPU; on the H100
-    with eight Evaluators a judge's handful per timed output added up to seconds of each pass."""
+    instead of one per check. A wait is a turn among every process time-slicing the GPU: with several
+    Evaluators, a judge's handful per timed output added up to seconds of each pass."""
 
     def __init__(self):
         self.parts: list[torch.Tensor] = []

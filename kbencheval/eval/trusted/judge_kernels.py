@@ -1,9 +1,9 @@
 """The judge's comparisons in one pass over the data: Triton kernels for GPU tensors.
 
 Written as torch ops (judge.py's `compare_torch`, kept as the CPU path and as these kernels' test
-oracle), a float64 comparison of a 1 GiB output made about fifteen passes over float64 temporaries;
-on an H100 the judge's comparisons were the largest share of the device's busy time after the timed
-loops (benchmarks/judge_compare.py). Here each element is read once, widened to float64 in registers,
+oracle), a float64 comparison of a 1 GiB output made about fifteen passes over float64 temporaries,
+and the judge's comparisons were the largest share of the device's busy time after the timed loops
+(benchmarks/probes/judge_compare.py). Here each element is read once, widened to float64 in registers,
 and each program writes partial results that torch adds up (a few thousand numbers).
 
 Same arithmetic as the torch path: float64 values, finite where x - x == 0, NaN where x != x.

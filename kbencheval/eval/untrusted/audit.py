@@ -15,7 +15,7 @@ import os
 import sys
 
 # Programs Triton (ptxas, the launcher's C compiler, ldconfig), load_inline (ninja, c++, nvcc) and
-# platform.architecture() (file, seen on the H100 during Triton's first compile) run.
+# platform.architecture() (file, which Triton's first compile calls) run.
 TOOLCHAIN = {"file", "ptxas", "ptxas-blackwell", "cc", "gcc", "g++", "c++", "clang", "clang++", "ninja", "nvcc", "ldconfig",
              "which", "cuobjdump", "nvdisasm", "hipcc", "ld", "ld.lld", "lld"}
 # Native libraries a GPU runtime loads by name (Triton's driver looks these up with ctypes).

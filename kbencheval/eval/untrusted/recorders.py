@@ -103,8 +103,8 @@ class LaunchTracker:
         for cls in classes:
             cls.run = self._wrap(cls.run)
         # The cuda backend: functions of load_inline modules are launches too. Wrapped when something
-        # imports cpp_extension, not before: importing it took 0.36 s of every worker's start on the
-        # H100, and most candidates never use it.
+        # imports cpp_extension, not before: importing it was a large part of every worker's start, and
+        # most candidates never use it.
         when_imported(CPP_EXTENSION, self._wrap_load_inline)
 
     def _wrap_load_inline(self, cpp_ext) -> None:

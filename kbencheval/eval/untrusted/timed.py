@@ -57,8 +57,8 @@ class TimedPhases:
             self.tracker.active = False
 
     def give_back_free_blocks(self) -> None:
-        """The trials' blocks, kept from one trial to the next (each reuses them: freeing 1.5 GB after
-        every trial took 2 ms on an H100, alone, and the next trial allocated it again), go back before
+        """The trials' blocks, kept from one trial to the next (each reuses them: freeing them after every
+        trial cost milliseconds, and the next trial allocated them again), go back before
         the timer is built: its CUDA graphs allocate from pools of their own, and the candidate's
         reservation counts one set of buffers, not both."""
         if self.device.type == "cuda":
@@ -112,7 +112,7 @@ class TimedPhases:
         if self.device.type == "cuda":  # the worker's own report, for sizing shared GPUs; never a verdict input
             self.checks["worker_peak_gb"] = round(torch.cuda.max_memory_reserved(self.device) / 2**30, 3)
         # The tripwire checks run after the rounds (check_round, export_timed): here they would sit inside
-        # the harness's wall clock (~5 ms of process checks), which the reference's round lacks.
+        # the harness's wall clock (milliseconds of process checks), which the reference's round lacks.
         self.chan.send(Outputs(phase=request.phase, items=[], checks=self.checks,
                                timing={"new_us": times, "digests": digests}))
         return True

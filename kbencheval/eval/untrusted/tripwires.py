@@ -28,7 +28,7 @@ _pools_started_in: int | None = None  # the process that ran start_thread_pools 
 def start_thread_pools() -> None:
     """Torch (OpenMP) and numpy (BLAS, used by the Triton interpreter) start their pools at the first
     parallel op: start them before the baseline count, so an honest candidate does not look as if it
-    started threads. Once per process: the ops cost 0.06-0.08 s each time on a 2-core CPU."""
+    started threads. Once per process: the ops cost tens of milliseconds each time."""
     global _pools_started_in
     if _pools_started_in == os.getpid():
         return
@@ -85,11 +85,10 @@ class DispatcherSnapshot:
     forbidden whatever runs under it (OpCapture).
 
     Checked after every trial, so it must be cheap. Comparing the registrations under nine dispatch keys
-    as sets took 7.8 ms a check on the H100, the largest step of an honest trial there
-    (benchmarks/trial_step_profile.py); on a 2-core CPU the whole check fell from 8.5 to 1.6 ms with
-    one listing of every operator. The listing follows the operator table's order, which changes only
-    when an operator is added or removed: equal lists mean none was, and only unequal ones are
-    compared as sets."""
+    as sets was the largest step of an honest trial (benchmarks/probes/trial_step_profile.py); one
+    listing of every operator is several times cheaper. The listing follows the operator table's order,
+    which changes only when an operator is added or removed: equal lists mean none was, and only unequal
+    ones are compared as sets."""
 
     def __init__(self, allowed: set[str]):
         self.allowed_names = [op.replace(".", "::", 1) for op in sorted(allowed)]

@@ -227,7 +227,7 @@ class CandidateWorker(TimedPhases):
         items = []
         for trial in request.trials:
             self.exports += 1
-            # The worker's first trial costs 0.1-0.5 s against 0.02-0.03 s for the next (H100): where it goes.
+            # The worker's first trial costs far more than the next ones: where it goes.
             first = self.checks.setdefault("first_trial_parts_s", {}) if self.exports == 1 else None
             try:
                 step = time.perf_counter()
@@ -263,9 +263,9 @@ class CandidateWorker(TimedPhases):
 def warm_run_time_checks(device: torch.device) -> None:
     """The run-time checks' first use, done before any candidate is known: the inputs' digests (a cuBLAS
     matrix-vector product, so its handle and workspace; a float32-accumulating product for half types)
-    and the poison fill, with the torch kernels they load. The first trial paid 0.1-0.5 s for them
-    inside its memory reservation, where the next trials took 0.02-0.03 s (H100, H200). An
-    optimisation: if it fails (a full device), the first trial does it, and is judged as before."""
+    and the poison fill, with the torch kernels they load. The first trial paid for them inside its
+    memory reservation, an order of magnitude more than the next trials took. An optimisation: if it
+    fails (a full device), the first trial does it, and is judged as before."""
     try:
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             inputs_fingerprint([torch.ones(2 * DIGEST_WIDTH + 3, dtype=dtype, device=device)])

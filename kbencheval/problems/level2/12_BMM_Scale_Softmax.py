@@ -12,7 +12,7 @@ SMALL_SIZES = {"batch_size": 3, "seq_len": 13, "head_dim": 24}
 # Probabilities are ~1/seq_len, so the default atol would accept a uniform answer: judge them relatively.
 TOLERANCE = {"atol": 1e-6, "rtol": 1e-3}
 # A softmax over matmul logits is ill-conditioned at large inputs: TF32 matmul rounding grows with the
-# logits, so x10/x100 stress trials would fail honest TF32 kernels (seen on the H100).
+# logits, so x10/x100 stress trials would fail honest TF32 kernels (they did).
 INPUT_DOMAIN = "unit_scale"
 
 

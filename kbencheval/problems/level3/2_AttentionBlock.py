@@ -13,7 +13,7 @@ SMALL_SIZES = {"batch_size": 2, "seq_len": 13, "embed_dim": 40, "num_heads": 2}
 # Four fp32 GEMMs around a softmax: summation order and exp rounding move results by ~1e-6..1e-5.
 TOLERANCE = {"atol": 1e-4, "rtol": 1e-3}
 # A softmax over matmul logits is ill-conditioned at large inputs: TF32 matmul rounding grows with the
-# logits, so x10/x100 stress trials would fail honest TF32 kernels (seen on the H100).
+# logits, so x10/x100 stress trials would fail honest TF32 kernels (they did).
 INPUT_DOMAIN = "unit_scale"
 
 

@@ -21,11 +21,11 @@ def sandbox_env(harness_env: dict, *, scratch: str, extra_pythonpath: str, on_cp
                TORCH_EXTENSIONS_DIR=os.path.join(scratch, "torch_extensions"))
     paths = [extra_pythonpath] + [p for p in harness_env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    # One hardware queue per CUDA context instead of eight. Every candidate starts and ends a context of
-    # its own, and the driver does those one after another: eight processes starting and ending contexts
-    # on an H100 went from 5.9 to 12.3 a second with one queue (3.8 to 11.3 beside four busy ones), and
-    # a start from 1.15 to 0.53 s (benchmarks/context_churn.py). The evaluator's processes run on one stream each (a candidate's
-    # side stream is a violation), so what extra queues give, streams running side by side, goes unused.
+    # One hardware queue per CUDA context instead of the driver's eight. Every candidate starts and ends a
+    # context of its own, and the driver does those one after another, faster with one queue: about twice
+    # as many a second when several processes start contexts at once (benchmarks/probes/context_churn.py).
+    # The evaluator's processes run on one stream each (a candidate's side stream is a violation), so what
+    # extra queues give, streams running side by side, goes unused.
     env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     if on_cpu:
         env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
