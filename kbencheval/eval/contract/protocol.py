@@ -100,8 +100,8 @@ class CandidateJob:
 
 def judge_keeps_outputs(output_bytes: int, cache_bytes: int) -> bool:
     """Whether the judge caches a problem's reference outputs between prepare and compare: only where
-    four trials' outputs fit its cache. Larger ones are recomputed for each comparison (a 1 GB
-    elementwise output takes about a millisecond on an H100), instead of holding a gigabyte for the
+    four trials' outputs fit its cache. Larger ones are recomputed for each comparison (recomputing
+    an elementwise output is cheap), instead of holding a gigabyte for the
     candidate's whole memory reservation. The harness sizes that reservation by the same rule."""
     return 0 < 4 * output_bytes <= cache_bytes
 

@@ -117,7 +117,7 @@ class EvaluatorProcesses:
         """The judge's prepare once more, after it ran out of device memory: with every other reservation
         on the device ended, none admitted meanwhile, and no other work on the device. A prepare runs
         before its candidate's reservation (whose size it tells), so it is counted nowhere: at the start of
-        a pass eight judges preparing at once filled an H100, and the Evaluator's own retry,
+        a pass, judges preparing at once filled the device, and the Evaluator's own retry,
         with the device to itself but the others' memory still held, failed the same way."""
         with self.gate.reserve(_WHOLE_DEVICE, _WHOLE_DEVICE, gate_window(checks, "prepare_alone"),
                                owner=self._owner) as reservation, self.gate.exclusive(gate_window(checks, "prepare")):

@@ -122,8 +122,8 @@ class Evaluator(EvaluatorProcesses):
                 if self._server.kernels:
                     self._server.kernels.request(sources)
             if _device_out_of_memory(result):
-                # The device is shared: other Evaluators' candidates may hold the memory this one needed (4 per
-                # H100 failed honest solutions this way). Once more, with the device and its memory to itself.
+                # The device is shared: other Evaluators' candidates may hold the memory this one needed (honest
+                # solutions failed this way with several Evaluators on one GPU). Once more, with the device and its memory to itself.
                 first = {"error": result.error[:400], "memory_gb": result.checks.get("device_memory_gb"),
                          "ledger": self.gate.counted_gb()}  # what the ledger counted when it failed
                 self._alone = True
@@ -215,8 +215,8 @@ class Evaluator(EvaluatorProcesses):
         # The candidate runs once its device memory fits beside the others' on this GPU (gate.reserve). Its
         # worker gets its job first, and joins the line for memory only once it has loaded the candidate
         # and compiled its kernels (Ready): seconds of CPU that held the memory before. What it holds
-        # meanwhile counts against the others: waiting workers' contexts, counted nowhere, once ran an
-        # H100 out of memory beside eight idle judges.
+        # meanwhile counts against the others: waiting workers' contexts, counted nowhere, once ran the
+        # GPU out of memory beside idle judges.
         problem_key = hash((problem.source, json.dumps(sizes, sort_keys=True)))
         need = device_bytes_needed(prep, cfg, copies_inputs=problem_key in self._copies_inputs)
         capacity = int(DEVICE_MEMORY_FRACTION * prep.get("device_total_bytes", need))
@@ -238,8 +238,8 @@ class Evaluator(EvaluatorProcesses):
                 if sum(prep["output_bytes"]) + prep.get("input_bytes", 0) > cfg.timing_input_gb * 2**30:
                     self._release_judge()  # a large problem's timer and outputs: not left behind
                 # What the judge keeps for the next candidate of this problem counts against the device
-                # from now on: eight idle judges' timers and outputs, counted nowhere, left a new
-                # worker's CUDA context no room on the H100.
+                # from now on: idle judges' timers and outputs, counted nowhere, left a new
+                # worker's CUDA context no room.
                 reservation.standing_after = self._judge_kept + CUDA_CONTEXT_BYTES  # and the spare to come
 
     def _launch(self, problem, code, backend, seeds, sizes, output_bytes) -> Launch:
@@ -292,7 +292,7 @@ class Evaluator(EvaluatorProcesses):
 
 
 # The allocator's and the driver's words, and cuBLAS/cuDNN failing to allocate a handle's workspace (an honest
-# Linear got CUBLAS_STATUS_ALLOC_FAILED beside eleven other Evaluators on an H100).
+# Linear got CUBLAS_STATUS_ALLOC_FAILED on a GPU shared by many Evaluators).
 _OUT_OF_MEMORY = re.compile(r"(CUDA|HIP)( error:)? out of memory|(CU|HIP)BLAS_STATUS_ALLOC_FAILED|"
                             r"(CU|MI)DNN_STATUS_ALLOC_FAILED")
 
@@ -317,8 +317,8 @@ def _versions() -> dict:
 
 def start_evaluators(cfg: EvalConfig, count: int) -> list[Evaluator]:
     """`count` Evaluators whose fork servers boot side by side: each start waits on the server's imports
-    and device init (9-11 s on an H100), so 8 started one after another held the first reward step for
-    about 70 s. The servers are started from the calling thread, not a thread pool: a fork server dies
+    and device init, so starting them one after another held the first reward step up for the sum of
+    their starts. The servers are started from the calling thread, not a thread pool: a fork server dies
     with the thread that started it (PDEATHSIG). If any fails to start, all are closed and its error
     is raised."""
     evaluators: list[Evaluator] = []

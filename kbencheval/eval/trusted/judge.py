@@ -149,8 +149,8 @@ class Judge:
     def release_memory(self) -> None:
         """Give the allocator's free blocks back to the device: the judge lives across candidates, and
         blocks it kept after a 1 GiB-output problem starved the other Evaluators on the GPU. Not between
-        one candidate's comparisons (`Compare.trim`): its reservation counts them, and freeing a 1.5 GB
-        block after every trial only to allocate it again took 2 ms a trial on an H100, alone."""
+        one candidate's comparisons (`Compare.trim`): its reservation counts them, and freeing a large
+        block after every trial only to allocate it again cost milliseconds a trial."""
         if self.device.type == "cuda" and torch.cuda.memory_reserved(self.device) - \
                 torch.cuda.memory_allocated(self.device) > 256 << 20:
             torch.cuda.empty_cache()
@@ -188,8 +188,8 @@ class Judge:
     def timed_reference(self, trial: Trial) -> list:
         """A picked timed iteration's reference outputs, valid until the next call. Through the judge's timer
         where it times the eager reference: its static buffers hold them, where a fresh call beside the timer
-        held a second input and output set (on a 1.5 GB elementwise problem, 3 GB beyond the candidate's
-        reservation: such judges ran an H100 out of memory). Timed inputs are one-offs: not cached."""
+        held a second input and output set (beyond the candidate's reservation: such judges ran the GPU out
+        of memory). Timed inputs are one-offs: not cached."""
         if self.timer is not None and self.timer_key[0] == self.key and self.timer_eager:
             return self.timer.output_for(trial, wait=False)  # compare reads it next, queued behind it
         return self.reference(trial, cache=False)

@@ -88,7 +88,7 @@ class Session(TimingChecks):
 
     def run_trials(self, trials: list[Trial], trim: bool) -> None:
         """One trial per request: the worker and the judge each hold one trial's tensors, not all of them
-        (4 Evaluators ran an H100 out of memory that way). The judge compares a trial while the worker runs
+        (several Evaluators on one GPU ran it out of memory that way). The judge compares a trial while the worker runs
         the next: the worker then holds the trial it runs and the one being judged, as its reservation
         counts (sizing.device_bytes_needed: a call's peak and one exported output). The device is shared
         per trial, so a timer waiting for it waits for one trial of each, not for all of them."""
@@ -230,7 +230,7 @@ class Session(TimingChecks):
         else:
             error = "the candidate process closed its channel before finishing"
         # The exception's own line first: torch's CUDA errors end in three lines of advice that a
-        # tail alone would keep instead of "CUDA error: out of memory" (seen on the H100).
+        # tail alone would keep instead of "CUDA error: out of memory".
         raised = last_exception_line(Path(self.job.job_dir) / "worker.log")
         if raised and raised not in log_tail:
             log_tail = f"{raised} | {log_tail}"

@@ -17,11 +17,11 @@ from kbencheval.eval.sharing.rounds import picks_per_round, precise_enough, roun
 
 # Generous: the bound catches forged figures, not noise. A round contradicts the candidate's figures when
 # its events explain under WALL_FRACTION of the wall time the reference's loop does not account for; the
-# candidate is rejected when most rounds do (a lone round slowed by host load is noise, seen on the H100
-# with the host's cores busy: one honest ReLU round took 60 ms beyond the reference's loop). The slack
+# candidate is rejected when most rounds do (a lone round slowed by host load is noise: with the
+# host's cores busy, an honest round ran far beyond the reference's loop). The slack
 # covers host-side differences between the two processes, which dominate for microsecond kernels; those
-# are bounded by the physical floor instead (an honest CrossEntropyLoss, ~0.1 ms of events per round,
-# was rejected on the H100 with 2 ms of slack while the worker's tripwire checks ran inside its round).
+# are bounded by the physical floor instead (an honest CrossEntropyLoss, microseconds of events a round,
+# was rejected with a smaller slack while the worker's tripwire checks ran inside its round).
 WALL_FRACTION, WALL_SLACK_S = 0.25, 0.005
 FLOOR_FRACTION = 0.5  # a copy kernel is not the peak; half the floor is still physically impossible
 
@@ -55,8 +55,8 @@ class TimingChecks:
         spec = self.job.timing
         rng = random.Random(seeds.timing[0].seed) if self.handles.cfg.seed is not None else random.SystemRandom()
         # Each step below takes the shared device on its own, so that a timer waiting for the device waits
-        # for one step of ours, not for the whole setup or for all the picked outputs (on the H100, eight
-        # Evaluators' timers spent 7-9 s of a 35-40 s pass waiting for such work to drain).
+        # for one step of ours, not for the whole setup or for all the picked outputs (several
+        # Evaluators' timers spent seconds of each pass waiting for such work to drain).
         with self.handles.device_share(gate_window(self.checks, "timing_setup")) as hold:
             # Both timers at once, each in its own process.
             self.request(RunPhase(phase="timing_setup", trials=[], timing_trials=list(seeds.timing[:1])))
