@@ -104,7 +104,7 @@ def main(model_dir: str, out_json: str, rank: int, world: int, port: int, tp: in
     import smart.backends.megatron.backend as backend_module
     import smart.backends.megatron.bridge as bridge_module
 
-    backend_module._cuda_device = lambda: torch.device("cpu")
+    backend_module.cuda_device = lambda: torch.device("cpu")
     backend_module.make_bridge = lambda *a, **k: bridge_module.make_bridge(*a, use_cpu_initialization=True, **k)
     layout = dict(tp=tp, cp=cp, distributed_optimizer=bool(distopt))
     m = backend_module.MegatronTrainBackend(MegatronTrainConfig(**knobs, **layout))

@@ -152,7 +152,7 @@ def test_max_minutes_ends_the_loop_after_the_step_that_passes_it_with_a_checkpoi
     cfg = RLConfig(mode="train_only", replay_dir=str(tmp_path / "rollouts"), num_steps=4, save_every=0,
                    max_minutes=max_minutes)
     tracker = FakeTracker()
-    driver._loop(cfg, tmp_path / "out", 0, FakeActor(), None, None, tracker)
+    driver.loop(cfg, tmp_path / "out", 0, FakeActor(), None, None, tracker)
     assert tracker.steps == steps_run  # 40 s < 60 s after step 0; 80 s >= 60 s after step 1: stop there
     assert latest_checkpoint(tmp_path / "out").name == f"step_{len(steps_run):06d}"  # saved as a last step is
     with pytest.raises(ConfigError, match="max_minutes must be >= 0"):
