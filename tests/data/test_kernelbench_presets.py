@@ -28,7 +28,7 @@ def test_hosted_preset_names_its_missing_key_then_uses_it(no_keys, server_type):
     try:
         assert isinstance(client, OpenAIClient)
         assert client.base_url == PRESETS[server_type].base_url
-        assert client._headers["Authorization"] == "Bearer sk-test"
+        assert client.headers["Authorization"] == "Bearer sk-test"
     finally:
         client.close()
 
@@ -36,7 +36,7 @@ def test_hosted_preset_names_its_missing_key_then_uses_it(no_keys, server_type):
 def test_litellm_key_names_are_read_too(no_keys):
     no_keys.setenv("FIREWORKS_AI_API_KEY", "fw")
     client = make_client("fireworks", "m")
-    assert client._headers["Authorization"] == "Bearer fw"
+    assert client.headers["Authorization"] == "Bearer fw"
     client.close()
 
 

@@ -19,7 +19,7 @@ def engines(tiny_model):
 
 def test_the_fast_path_is_used_for_qwen3(engines):
     fast, slow = engines
-    assert fast._fast is not None and slow._fast is None
+    assert fast.fast_decoder is not None and slow.fast_decoder is None
 
 
 @pytest.mark.parametrize("temperature, top_p", [(0.0, 1.0), (1.0, 1.0), (0.7, 0.9)])
@@ -88,7 +88,8 @@ def test_cuda_graph_replay_matches_eager_decode(tiny_model):
                 assert x.token_ids == y.token_ids
                 torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-3, rtol=1e-3)
     # The graphs really replayed (a failed capture falls back to eager decoding with a warning).
-    assert graphs._fast.use_cuda_graphs and all(st.graph is not None for st in graphs._fast.states.values())
+    decoder = graphs.fast_decoder
+    assert decoder.use_cuda_graphs and all(st.graph is not None for st in decoder.states.values())
     # New weights reach a captured graph (in-place copies keep its addresses; a version bump recaptures).
     state = {k: v * 0.5 for k, v in graphs.state_dict().items()}
     graphs.update_weights(state, 1)
