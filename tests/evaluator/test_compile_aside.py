@@ -14,7 +14,7 @@ import torch
 from kbencheval.eval.sharing.gate import DeviceGate
 from kbencheval.eval.contract.protocol import (Compiled, Compiling, Failure, Outputs, ProtocolError, Resume, RunPhase, Status,
                                       Trial)
-from kbencheval.eval.trusted.session import Session, _Verdict
+from kbencheval.eval.trusted.session import Session, Verdict
 
 
 class ScriptedWorker:
@@ -107,7 +107,7 @@ def test_a_compile_that_fails_ends_with_the_workers_failure_and_the_device_let_g
     worker.inbox.put(Compiling())
     worker.inbox.put(Failure(status=Status.COMPILE_ERROR, error="triton.CompilationError: at 3:4"))
     with gate.shared({}) as hold:
-        with pytest.raises(_Verdict) as verdict:
+        with pytest.raises(Verdict) as verdict:
             session.ask(RunPhase(phase="trials", trials=[Trial(seed=1)]), hold)
         assert hold.fds is None  # not taken again for a candidate that is finished
     assert verdict.value.result.status == Status.COMPILE_ERROR

@@ -260,11 +260,11 @@ def test_a_device_out_of_memory_error_is_retried_with_the_device_alone():
 
 
 def test_device_out_of_memory_errors_are_told_from_other_errors():
-    from kbencheval.eval.trusted.harness import _device_out_of_memory
+    from kbencheval.eval.trusted.harness import device_out_of_memory
     from kbencheval.eval import EvalResult, Status
 
     def oom(error: str, status=Status.RUNTIME_ERROR) -> bool:
-        return _device_out_of_memory(EvalResult(status, error=error))
+        return device_out_of_memory(EvalResult(status, error=error))
 
     assert oom("OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB")
     assert oom("RuntimeError: CUDA error: out of memory")

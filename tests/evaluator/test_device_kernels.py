@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kbencheval.eval.contract.device_kernels import _KernelNodeParams, check_report, device_report, kernel_class, kernel_violation
+from kbencheval.eval.contract.device_kernels import KernelNodeParams, check_report, device_report, kernel_class, kernel_violation
 from kbencheval.eval.contract.protocol import Outputs, ProtocolError, Status
 
 # Triton names a kernel after its Python function; plain words like gemm or flash are fair names.
@@ -116,8 +116,8 @@ def test_report_shape_and_failed_enumeration():
 
 def test_kernel_node_params_have_cudas_layout():
     """CUDA_KERNEL_NODE_PARAMS_v2: a pointer, seven unsigned ints, then four pointers (8-byte aligned)."""
-    assert ctypes.sizeof(_KernelNodeParams) == 72
-    assert _KernelNodeParams.kern.offset == 56 and _KernelNodeParams.ctx.offset == 64
+    assert ctypes.sizeof(KernelNodeParams) == 72
+    assert KernelNodeParams.kern.offset == 56 and KernelNodeParams.ctx.offset == 64
 
 
 # --- the harness's side: Session.check_device_kernels -------------------------------------------------------
@@ -153,33 +153,33 @@ def test_a_gpu_worker_that_omits_its_kernels_breaks_the_protocol():
 
 
 def test_the_harness_rejects_library_kernels_and_records_what_ran():
-    from kbencheval.eval.trusted.session import _Verdict
+    from kbencheval.eval.trusted.session import Verdict
 
     session = _session()
     assert session.check_device_kernels(_setup(GRAPH), reference=GRAPH) == "graph"
     assert session.checks["device_kernels"] == {"source": "graph", "kernels": {"relu_kernel": 1}, "nodes": {"kernel": 1}}
     assert session.checks["reference_kernels"] == {"relu_kernel": 1}
     cheat = {"source": "graph", "kernels": {"matmul_kernel": 1, CUBLAS[0]: 1}, "nodes": {"kernel": 2}}
-    with pytest.raises(_Verdict) as caught:
+    with pytest.raises(Verdict) as caught:
         _session().check_device_kernels(_setup(cheat))
     result = caught.value.result
     assert result.status == Status.REJECTED and "the device ran a cuBLAS kernel" in result.error
     assert "in its timed graph" in result.error and CUBLAS[0][:160] in result.checks["device_kernels"]["kernels"]
     assert _session(allowed_ops=["aten.mm"]).check_device_kernels(_setup(cheat)) == "graph"
     eager = {"source": "profiler", "kernels": {"relu_kernel": 1, "ampere_sgemm_128x64_nn": 1}, "nodes": {"kernel": 2}}
-    with pytest.raises(_Verdict, match="in a profiled call"):
+    with pytest.raises(Verdict, match="in a profiled call"):
         _session().check_device_kernels(_setup(eager))
 
 
 def test_a_failed_enumeration_is_recorded_and_rejected_only_where_the_judges_worked():
-    from kbencheval.eval.trusted.session import _Verdict
+    from kbencheval.eval.trusted.session import Verdict
 
     failed = {"source": "graph", "error": "DeviceKernelsError: cuFuncGetName returned 500 (CUDA_ERROR_NOT_FOUND)"}
     session = _session()
     assert session.check_device_kernels(_setup(failed), reference=None) == "graph"  # e.g. ROCm: no promise, no verdict
     assert session.checks["device_kernels"]["error"] == failed["error"]
     assert _session().check_device_kernels(_setup(failed), reference={"source": "graph", "error": "x"}) == "graph"
-    with pytest.raises(_Verdict, match="though the reference's could") as caught:
+    with pytest.raises(Verdict, match="though the reference's could") as caught:
         _session().check_device_kernels(_setup(failed), reference=GRAPH)
     assert caught.value.result.status == Status.REJECTED
     profiler_failed = {"source": "profiler", "error": "DeviceKernelsError: the profiler recorded no kernel"}

@@ -157,34 +157,34 @@ def _round(new_events_s: float, new_wall_s: float) -> dict:
 
 
 def test_the_wall_clock_bounds_the_candidates_event_figures():
-    from kbencheval.eval.trusted.session import _Verdict
+    from kbencheval.eval.trusted.session import Verdict
 
     session = _bare_session()
     session.check_wall_bound([_round(0.025, 0.027)] * 4)  # honest: 25 ms of events in a 27 ms round
-    with pytest.raises(_Verdict, match="contradicted by the harness's clock in 4 of 4 rounds") as caught:
+    with pytest.raises(Verdict, match="contradicted by the harness's clock in 4 of 4 rounds") as caught:
         session.check_wall_bound([_round(0.0001, 0.027)] * 4)  # claims 0.1 ms for the same rounds
     assert caught.value.result.status == Status.REJECTED
 
 
 def test_one_round_slowed_by_the_host_is_noise_but_most_rounds_are_not():
-    from kbencheval.eval.trusted.session import _Verdict
+    from kbencheval.eval.trusted.session import Verdict
 
     session = _bare_session()
     honest, slowed = _round(0.004, 0.006), _round(0.004, 0.066)  # 60 ms of host delay in one round
     session.check_wall_bound([honest, slowed, honest, honest])
-    with pytest.raises(_Verdict, match="3 of 4 rounds"):
+    with pytest.raises(Verdict, match="3 of 4 rounds"):
         session.check_wall_bound([honest, slowed, slowed, slowed])
-    with pytest.raises(_Verdict, match="1 of 1 rounds"):
+    with pytest.raises(Verdict, match="1 of 1 rounds"):
         session.check_wall_bound([slowed])
 
 
 def test_a_time_below_the_physical_floor_is_rejected():
     from kbencheval.eval import EvalResult
-    from kbencheval.eval.trusted.session import _Verdict
+    from kbencheval.eval.trusted.session import Verdict
 
     io_bytes, bandwidth_gbs = 2 * 10**9, 2000.0  # 2 GB at 2 TB/s: 1000 µs
     _bare_session().check_floor(EvalResult(Status.CORRECT, runtime_us=900.0), io_bytes, bandwidth_gbs)
-    with pytest.raises(_Verdict, match="physical floor"):
+    with pytest.raises(Verdict, match="physical floor"):
         _bare_session().check_floor(EvalResult(Status.CORRECT, runtime_us=100.0), io_bytes, bandwidth_gbs)
 
 

@@ -52,11 +52,11 @@ def test_a_comparison_only_verdict_is_never_a_reward():
 
 
 def test_kbench_check_labels_comparison_only_timing(capsys):
-    from kbencheval.eval.cli.check import _print_human
+    from kbencheval.eval.cli.check import print_human
 
-    _print_human(graph_timed("events"))
+    print_human(graph_timed("events"))
     assert "timing_mode=events: comparison-only, not reward-grade" in " ".join(capsys.readouterr().out.split())
-    _print_human(graph_timed("trusted"))
+    print_human(graph_timed("trusted"))
     out = capsys.readouterr().out
     assert "comparison-only" not in out and "not meaningful" not in out and "speedup" in out
 
