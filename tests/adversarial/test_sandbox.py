@@ -374,13 +374,13 @@ def test_triton_cache_layers(tmp_path, monkeypatch):
 
 
 def test_the_fork_server_warms_tritons_compiler_without_touching_cuda(tmp_path):
-    """forkserver._preload with a compute capability: one compile-only kernel for that GPU, so forked
+    """forkserver.preload with a compute capability: one compile-only kernel for that GPU, so forked
     workers inherit a compiler that has compiled once. It must leave CUDA and Triton's driver
     untouched (a parent that initialised CUDA forks children that cannot) and no cache behind."""
     probe = f"""
 import os, sys
-from kbencheval.eval.processes.forkserver import _preload
-_preload({{"compile_arch": 90, "scratch": {str(tmp_path)!r}}})
+from kbencheval.eval.processes.forkserver import preload
+preload({{"compile_arch": 90, "scratch": {str(tmp_path)!r}}})
 import torch
 from triton.backends.nvidia.compiler import get_ptxas_version
 from triton.runtime import driver

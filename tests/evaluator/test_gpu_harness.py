@@ -189,11 +189,11 @@ def test_the_next_candidate_gets_a_worker_forked_before_it_was_known(gpu_eval):
 
 
 def test_workers_and_judges_sleep_while_they_wait_for_the_device():
-    """forkserver._block_while_waiting: the primary context is made with blocking sync, not spinning."""
+    """forkserver.block_while_waiting: the primary context is made with blocking sync, not spinning."""
     import subprocess
     import sys
 
-    probe = ("from kbencheval.eval.processes.forkserver import _block_while_waiting; _block_while_waiting('cuda:0'); "
+    probe = ("from kbencheval.eval.processes.forkserver import block_while_waiting; block_while_waiting('cuda:0'); "
              "import ctypes, torch; torch.zeros(1, device='cuda:0'); cuda = ctypes.CDLL('libcuda.so.1'); "
              "flags = ctypes.c_uint(); assert cuda.cuCtxGetFlags(ctypes.byref(flags)) == 0; print(flags.value)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

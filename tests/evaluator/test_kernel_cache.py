@@ -122,8 +122,8 @@ def test_options_beyond_the_varying_ones_are_neither_looked_up_nor_reported(look
 def test_the_folder_only_for_candidates_that_cannot_write_it(kind, layers, offered, tmp_path, monkeypatch):
     from kbencheval.eval.processes import forkserver
 
-    monkeypatch.setattr(os, "environ", dict(os.environ))  # _job_env sets a worker's environment
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # job_env sets a worker's environment
     monkeypatch.setattr(tempfile, "tempdir", tempfile.gettempdir())
     plan = {"shared_cache": str(tmp_path / "judge"), "kernel_cache": str(tmp_path / "kernels")}
-    forkserver._job_env({"job_dir": str(tmp_path / "job"), "kind": kind}, plan, layers)
+    forkserver.job_env({"job_dir": str(tmp_path / "job"), "kind": kind}, plan, layers)
     assert os.environ.get(FOLDER_ENV) == (plan["kernel_cache"] if offered else None)

@@ -139,9 +139,9 @@ def test_the_launcher_layer_only_for_workers_that_cannot_write_it(layers, offere
 
     from kbencheval.eval.processes import forkserver
 
-    monkeypatch.setattr(os, "environ", dict(os.environ))  # _job_env sets a worker's environment
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # job_env sets a worker's environment
     monkeypatch.setattr(tempfile, "tempdir", tempfile.gettempdir())
     plan = {"shared_cache": str(tmp_path / "judge"), "launcher_cache": str(tmp_path / "launchers")}
-    forkserver._job_env({"job_dir": str(tmp_path / "job"), "kind": "worker"}, plan, layers)
+    forkserver.job_env({"job_dir": str(tmp_path / "job"), "kind": "worker"}, plan, layers)
     expected = [plan["shared_cache"]] + ([plan["launcher_cache"]] if offered else [])
     assert os.environ[SHARED_ENV].split(os.pathsep) == expected
