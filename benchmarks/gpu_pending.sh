@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_pending.sh OUT_DIR STEP [STEP ...]
 #   bash benchmarks/gpu_pending.sh "$OUT" suite_events check_latency   # on the device, one call
 # Steps (seconds are the step's limit; a step's figures land in OUT_DIR/work/<step>.*):
-#   gpu_tests       evaluator: sandbox attacks + tests/test_gpu_{harness,device_kernels}.py             (580)
+#   gpu_tests       evaluator: sandbox attacks + tests/evaluator/test_gpu_{harness,device_kernels}.py   (580)
 #   suite_trusted   all 40 bundled solutions, trusted timing, 2 passes: reproducibility, overhead       (560)
 #   suite_events    the same, KernelBench-style eager timing, 1 pass: trusted vs eager speedups          (300)
 #   suite_4w        4 Evaluators on the GPU (device gate), 2 passes: candidates/min, reproducibility    (560)
@@ -12,8 +12,8 @@
 #   suite_8w_no_launchers  the same without the harness's launcher builds (KBENCH_LAUNCHER_CACHE=0)       (560)
 #   check_latency   kbench check cold vs served by kbench serve-eval                                      (240)
 #   engine          embedded engine tokens/s vs transformers generate, with the bandwidth floor           (500)
-#   megatron        tests/test_megatron_gpu.py and train_throughput.py --quick                            (560)
-#   megatron_driver tests/test_megatron_gpu.py -k driver, stacks dumped after 150 s, Ray logs packed    (280)
+#   megatron        tests/smart/test_megatron_gpu.py and train_throughput.py --quick                            (560)
+#   megatron_driver tests/smart/test_megatron_gpu.py -k driver, stacks dumped after 150 s, Ray logs packed    (280)
 #   megatron_rl     one GRPO step from scripts/run_rl.sh with backend megatron, tiny random Qwen3      (280)
 #   megatron_throughput train_throughput.py on both Qwen3 shapes, both backends, 16 x 1024 tokens    (500)
 #   corpus          corpus verify records/min and index build                                            (300)
@@ -79,19 +79,20 @@ for step in "$@"; do
     check_latency) run check_latency 240 "$py" benchmarks/check_latency.py --device cuda:0 --repeats 3 \
         --out "$work/check_latency_h100.json" ;;
     engine) run engine 500 "$py" benchmarks/engine_throughput.py --device cuda --reps 2 --out "$work/engine_throughput_h100.json" ;;
-    megatron) run megatron_tests 300 "$py" -m pytest -v -rfE --tb=short -p no:cacheprovider tests/test_megatron_gpu.py
+    megatron) run megatron_tests 300 "$py" -m pytest -v -rfE --tb=short -p no:cacheprovider \
+                  tests/smart/test_megatron_gpu.py
               run megatron_throughput 260 "$py" benchmarks/train_throughput.py --quick \
                   --out "$work/train_throughput_h100.json" ;;
     megatron_driver)  # GRPO through smart.train with the embedded engine; stacks dumped if it stalls
       run megatron_driver 280 "$py" -m pytest -v -s -rfE --tb=short -p no:cacheprovider \
-          -o faulthandler_timeout=150 tests/test_megatron_gpu.py -k driver
+          -o faulthandler_timeout=150 tests/smart/test_megatron_gpu.py -k driver
       tar czf "$work/megatron_driver_ray_logs.tgz" -C /tmp/ray/session_latest logs 2>/dev/null ;;
     megatron_rl)  # one GRPO step from the launcher, a random tiny Qwen3, rewards that vary within the group
       "$py" scripts/make_tiny_model.py --out /tmp/tiny_megatron > /dev/null 2>&1
       run megatron_rl 280 bash scripts/run_rl.sh configs/rl_small_megatron_gpu.yaml model_path=/tmp/tiny_megatron \
           out_dir=/tmp/rl_megatron num_steps=1 eval_every=0 'data.problems=["L1_1_ReLU"]' rollout.max_new_tokens=16 \
           rollout.n_samples_per_prompt=4 rollout.prompts_per_step=1 rollout.filter_fn= \
-          reward.reward_fn=tests.test_megatron_gpu:varied_rewards ;;
+          reward.reward_fn=tests.smart.test_megatron_gpu:varied_rewards ;;
     megatron_throughput)  # both Qwen3 shapes (0.6B, 1.7B), both backends, in one process
       run megatron_throughput_full 500 "$py" benchmarks/train_throughput.py --samples 16 --steps 3 \
           --out "$work/train_throughput_full_h100.json" ;;

@@ -7,7 +7,7 @@ Rank 0 writes one random Qwen3 (a Hugging Face folder); every layout is built fr
 Megatron backend (mbridge loads the HF weights into that layout's shards), in turn, in the same two processes:
 tp1 (TP=1 on each rank, data parallel 2: every sample is scored by a whole model), tp2, pp2, cp2. Each scores
 the same samples; the deltas are against tp1, over every response token. A layout within bf16 noise stays
-under mean 0.02 and max 0.2 (the bounds of tests/test_megatron_gpu.py); the exit status is 1 otherwise.
+under mean 0.02 and max 0.2 (the bounds of tests/smart/test_megatron_gpu.py); the exit status is 1 otherwise.
 """
 
 from __future__ import annotations

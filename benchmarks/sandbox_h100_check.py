@@ -1,5 +1,5 @@
 """The sandbox on a GPU machine (root, no bubblewrap, as the device machines run): which layers are active, and every
-attack of tests/test_sandbox.py with the static checks off, each followed by the honest control.
+attack of tests/adversarial/test_sandbox.py with the static checks off, each followed by the honest control.
 
     python benchmarks/sandbox_h100_check.py --out benchmarks/results/sandbox_h100_check.json
 
@@ -54,7 +54,7 @@ def main() -> int:
     for layer in honest.sandbox:
         print("   ", layer)
     collect = _Collect()
-    code = pytest.main(["-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_sandbox.py")], plugins=[collect])
+    code = pytest.main(["-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "adversarial" / "test_sandbox.py")], plugins=[collect])
     print(f"\n{'attack test':<62} {'outcome':>8} {'s':>7}  message")
     for row in collect.rows:
         print(f"{row['test']:<62} {row['outcome']:>8} {row['seconds']:>7.1f}  {row['message']}")

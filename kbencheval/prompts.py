@@ -10,7 +10,7 @@ raicl (retrieval-augmented: the examples are the corpus's nearest solved problem
 Backends: triton (@triton.jit kernels) and cuda (torch.utils.cpp_extension.load_inline). The
 examples are deliberately small: the tiny test model has a short context, and real models need
 the format more than the tutorial. The Triton examples are run under the interpreter in
-tests/test_prompts.py, so they stay correct.
+tests/data/test_prompts.py, so they stay correct.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ fi
 # transformers), wandb, data (faiss-cpu + sentence-transformers for RA-ICL; their torch requirement is
 # met by the torch above), megatron (megatron-core + mbridge, no Transformer Engine: the CPU conversion
 # tests), sglang (sglang-router, so the router tests run against the real router in front of `kbench serve`).
-# The evaluator alone is `pip install tritonforge` (tests/test_installs.py checks that in a fresh venv).
+# The evaluator alone is `pip install tritonforge` (tests/e2e/test_installs.py checks that in a fresh venv).
 $pip install -q -c constraints.txt -e ".[dev,all]"
 # The candidate sandbox is built from kernel features (kbencheval/eval/processes/sandbox, no package needed);
 # bubblewrap, where installed, adds an outer read-only-filesystem, no-network layer around it.

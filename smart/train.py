@@ -29,10 +29,12 @@ from smart.tracking import PhaseTimer, Tracker, load_rollouts, replay_file, save
 def train(cfg: RLConfig) -> dict:
     """Run cfg.num_steps RL steps (resuming if a checkpoint exists); returns the last step's metrics."""
     with rl_session(cfg) as run:
-        return _loop(cfg, run.out, run.start, run.actor, run.rollout, run.filter_fn, run.tracker)
+        return loop(cfg, run.out, run.start, run.actor, run.rollout, run.filter_fn, run.tracker)
 
 
-def _loop(cfg: RLConfig, out: Path, start: int, actor: TrainGroup | None, rollout, filter_fn, tracker: Tracker) -> dict:
+def loop(cfg: RLConfig, out: Path, start: int, actor: TrainGroup | None, rollout, filter_fn, tracker: Tracker) -> dict:
+    """Steps start..cfg.num_steps with the given actors (`train` makes them from cfg); a caller may pass
+    its own actor and tracker, or no rollout with cfg.replay_dir set, to run one half alone."""
     metrics: dict = {}
     rc = cfg.rollout
     started = time.monotonic()

@@ -73,7 +73,8 @@ class EmbeddedEngine:
         graphs = self.device.type == "cuda" if cuda_graphs is None else cuda_graphs
         if graphs and self.device.type != "cuda":
             raise ValueError("cuda_graphs=True needs a CUDA device; leave it unset to use graphs where possible")
-        self._fast = FastDecoder(self.model, graphs) if fast and supports(self.model) else None
+        # None: HF generate serves every call (another architecture, or fast=False).
+        self.fast_decoder = FastDecoder(self.model, graphs) if fast and supports(self.model) else None
         self._lock = threading.RLock()  # one generation or weight update at a time (serve is threaded)
 
     def _eos_ids(self) -> set[int]:
@@ -101,8 +102,8 @@ class EmbeddedEngine:
         return [flat[p * params.n:(p + 1) * params.n] for p in range(len(prompts))]
 
     def close(self) -> None:
-        if self._fast is not None:
-            self._fast.states.clear()  # static KV caches and captured graphs
+        if self.fast_decoder is not None:
+            self.fast_decoder.states.clear()  # static KV caches and captured graphs
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -144,8 +145,8 @@ class EmbeddedEngine:
         # An unseeded row gets a fresh random seed: the same exact sampler, just not reproducible.
         keys = row_keys([random.getrandbits(63) if s is None else s for s in seeds]).to(dev)
         sampling = (float(params.temperature), float(params.top_p))
-        if self._fast is not None:
-            ids, logps, alive, hit = self._fast.generate(
+        if self.fast_decoder is not None:
+            ids, logps, alive, hit = self.fast_decoder.generate(
                 input_ids, positions, attn, keys, params.max_new_tokens, sampling,
                 tuple(sorted(self.eos_ids)), self.pad_id, self.weights_version)
         else:

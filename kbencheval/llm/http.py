@@ -49,7 +49,8 @@ class _HTTPBase:
         self.base_url = base_url.rstrip("/")
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
         self.max_concurrency = max_concurrency
-        self._headers = {"Content-Type": "application/json", **(headers or {})}
+        # Every request's headers, the API key's Authorization among them (public: which key a preset read).
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
         self._local = threading.local()  # requests.Session is not thread-safe; one per worker thread
         self._pool = cf.ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="llm-http")
 
@@ -67,7 +68,7 @@ class _HTTPBase:
                 # Exponential backoff with jitter so a burst of clients does not retry in lockstep.
                 time.sleep(self.backoff * (2 ** (attempt - 1)) * (0.5 + random.random()))
             try:
-                resp = self._session().post(url, json=body, headers=self._headers, timeout=self.timeout)
+                resp = self._session().post(url, json=body, headers=self.headers, timeout=self.timeout)
             except requests.ConnectionError as exc:
                 last = f"connection failed: {exc.__class__.__name__}"
                 continue

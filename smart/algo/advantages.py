@@ -1,4 +1,4 @@
-"""GRPO group advantages and multi-turn discounted returns.   pytest tests/test_algo.py"""
+"""GRPO group advantages and multi-turn discounted returns.   pytest tests/smart/test_algo.py"""
 
 from __future__ import annotations
 

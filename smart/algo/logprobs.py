@@ -1,6 +1,6 @@
 """Logprobs and entropy of chosen positions, in token chunks, straight from hidden states.
 
-    pytest tests/test_grpo_logprobs.py
+    pytest tests/smart/test_grpo_algo.py
 
 Why: with Qwen3's 151,936-token vocabulary one micro-batch of 32k tokens has bf16 logits of 10 GB
 and an fp32 copy of 20 GB. Here only the positions that are trained (or asked for) are projected,
@@ -48,7 +48,7 @@ def chunked_logprobs(
 
     entropy_grad=False returns the entropy detached (a logged metric, not a loss term).
 
-    Equal to projecting all N rows at once (tests/test_grpo_logprobs.py), including gradients.
+    Equal to projecting all N rows at once (tests/smart/test_grpo_algo.py), including gradients.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 to score sampled tokens, got {temperature}")

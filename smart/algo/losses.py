@@ -1,6 +1,6 @@
 """Losses for SFT and GRPO, plain torch (no Ray, no model): unit-tested against hand-computed values.
 
-    pytest tests/test_algo.py
+    pytest tests/smart/test_algo.py
 
 Shapes carry suffixes: B sequences, T positions, V vocabulary. `logits_BTV[:, t]` is the prediction
 for `ids_BT[:, t]`: callers shift (logits of position t-1 predict token t) before calling in.

@@ -1,4 +1,4 @@
-"""What happens to replies that hit max_new_tokens (rollout.overlong).   pytest tests/test_grpo_rollout.py
+"""What happens to replies that hit max_new_tokens (rollout.overlong).   pytest tests/smart/test_grpo_rollout.py
 
 none:    trained as they are.
 mask:    loss_mask all 0 (DAPO's overlong filtering): a cut-off reply is not evidence that its tokens

@@ -1,4 +1,4 @@
-"""Reward shaping: an EvalResult -> a scalar.   pytest tests/test_smart_reward.py
+"""Reward shaping: an EvalResult -> a scalar.   pytest tests/smart/test_smart_reward.py
 
 Presets, all with `rejected` (the candidate broke the rules) strictly lowest:
   tritonforge  0 format/backend failure, 0.05 builds but crashes or hangs, 0.1 runs with wrong output, 0.3 correct,

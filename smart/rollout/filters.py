@@ -1,4 +1,4 @@
-"""Group filters (dynamic sampling).   pytest tests/test_smart_filter.py
+"""Group filters (dynamic sampling).   pytest tests/smart/test_smart_filter.py
 
 A filter is `filter_fn(group: list[Sample]) -> bool` (True keeps the group), loaded by dotted path
 from `rollout.filter_fn`. A group whose rewards are all equal has zero GRPO advantage everywhere, so

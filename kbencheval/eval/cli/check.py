@@ -110,7 +110,7 @@ def main(argv: list[str]) -> int:
     if args.json:
         print(result.to_json())
     else:
-        _print_human(result, args.verbose)
+        print_human(result, args.verbose)
     return 0
 
 
@@ -126,7 +126,8 @@ def _screened(cfg: EvalConfig, problem, text: str, is_code: bool):
     return result
 
 
-def _print_human(result, verbose: bool = False) -> None:
+def print_human(result, verbose: bool = False) -> None:
+    """The table `kbench check` prints for one verdict (with its timing-mode label)."""
     from rich.console import Console
     from rich.table import Table
 

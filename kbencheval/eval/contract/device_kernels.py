@@ -143,8 +143,8 @@ class DeviceKernelsError(RuntimeError):
     pass
 
 
-class _KernelNodeParams(Structure):
-    """CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h, CUDA >= 12.0)."""
+class KernelNodeParams(Structure):
+    """CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h, CUDA >= 12.0); public so a CPU test can check its layout against cuda.h."""
 
     _fields_ = [("func", c_void_p), ("gridDimX", c_uint), ("gridDimY", c_uint), ("gridDimZ", c_uint),
                 ("blockDimX", c_uint), ("blockDimY", c_uint), ("blockDimZ", c_uint), ("sharedMemBytes", c_uint),
@@ -195,7 +195,7 @@ def graph_kernels(raw_graph: int) -> tuple[list[str], Counter]:
 
 
 def _kernel_name(node: c_void_p) -> str:
-    params = _KernelNodeParams()
+    params = KernelNodeParams()
     _cuda("cuGraphKernelNodeGetParams_v2", node, byref(params))
     name = c_char_p()
     if params.func:

@@ -26,7 +26,9 @@ from kbencheval.eval.processes import sandbox
 from kbencheval.eval.processes.sandbox._linux import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, prctl
 
 
-def _preload(plan: dict):
+# preload, job_env and block_while_waiting are the fork server's setup steps, public so that tests run each
+# one alone (the server itself runs them in order: preload once, the others per forked job).
+def preload(plan: dict):
     import torch  # noqa: F401
     import triton  # noqa: F401
     import triton.language  # noqa: F401
@@ -51,7 +53,7 @@ def _preload(plan: dict):
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _job_env(job: dict, plan: dict, layers: list[str]) -> None:
+def job_env(job: dict, plan: dict, layers: list[str]) -> None:
     """Per-job folders: a private Triton cache (layered over the shared ones), TMPDIR, HOME, extensions."""
     from kbencheval.eval.processes.sandbox import tritoncache  # imports triton: never before the sandbox is entered
 
@@ -81,7 +83,7 @@ def _job_env(job: dict, plan: dict, layers: list[str]) -> None:
     tempfile.tempdir = None  # computed again from TMPDIR
 
 
-def _block_while_waiting(device: str) -> None:
+def block_while_waiting(device: str) -> None:
     """Makes this process sleep, not spin, while it waits for the device. By default (one context per
     process, fewer contexts than cores) CUDA spins in every host sync, so with eight Evaluators sixteen
     workers and judges may spin on sixteen cores beside Triton's compiles and the harness. It measured
@@ -117,7 +119,7 @@ def _child(job: dict, plan: dict, layers: list[str]) -> None:
     sys.stdout = os.fdopen(1, "w", buffering=1)
     sys.stderr = os.fdopen(2, "w", buffering=1)
     done = sandbox.prepare_worker(plan, layers, job["job_dir"], job["kind"])
-    _job_env(job, plan, layers)
+    job_env(job, plan, layers)
     if job["kind"] != "judge":  # the judge is PID 1: a handler would let candidates' signals through
         import faulthandler
 
@@ -133,7 +135,7 @@ def _child(job: dict, plan: dict, layers: list[str]) -> None:
     if job["device"].startswith("cuda"):
         import torch
 
-        _block_while_waiting(job["device"])
+        block_while_waiting(job["device"])
         # CUDA must be up before Landlock and seccomp (it writes under /proc while it starts).
         torch.cuda.set_device(job["device"])
         torch.zeros(1, device=job["device"])
@@ -179,7 +181,7 @@ def main() -> None:
     plan = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {"mode": "none"}
     server = sandbox.ServerSandbox(plan)
     server.enter()  # while single-threaded, before torch starts any thread
-    _preload(plan)
+    preload(plan)
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     # A harness killed outright (e.g. ray.kill of an eval actor) must not leave this server behind.
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

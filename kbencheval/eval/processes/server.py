@@ -156,7 +156,7 @@ class _Server:
             raise HarnessError(f"fork server failed to start: {tail(self._scratch / 'forkserver.log', 4)}")
         self.protections += ready.get("layers", [])
         if not {"bwrap", "landlock-fs", "ro-root"} & set(self.protections):
-            self.kernels = None  # its workers could write the folder, so are not offered it (forkserver._job_env)
+            self.kernels = None  # its workers could write the folder, so are not offered it (forkserver.job_env)
         self.missing.update(ready.get("missing", {}))
         if self._sandbox_off:
             self.missing["kernel-sandbox"] = "sandbox=none"

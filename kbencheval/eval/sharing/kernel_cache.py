@@ -19,7 +19,7 @@ Triton compile (TTGIR, LLVM, PTX, ptxas) depends only on the TTIR and the compil
 So an entry is what this process's Triton makes of the TTIR its key names, whoever reported it: a
 false report only costs a compile. The binaries lack line information (they are compiled without
 locations). The folder is fresh per process and outside /tmp, offered only to workers that cannot write
-it (forkserver._job_env); `KBENCH_KERNEL_CACHE=0` turns it off.
+it (forkserver.job_env); `KBENCH_KERNEL_CACHE=0` turns it off.
 """
 
 from __future__ import annotations

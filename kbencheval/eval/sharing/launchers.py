@@ -14,7 +14,7 @@ sandbox/tritoncache.LayeredCacheManager). A later candidate whose kernel takes t
 under the key Triton computes from the generated C, the same key; any other candidate misses and
 builds its own, as before. The folder is fresh per process (no earlier run's files) and outside /tmp,
 which the workers' private /tmp would hide; it is offered only to workers that cannot write it
-(forkserver._job_env).
+(forkserver.job_env).
 """
 
 from __future__ import annotations

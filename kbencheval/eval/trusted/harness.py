@@ -121,9 +121,9 @@ class Evaluator(EvaluatorProcesses):
                 sources = precompiled.pop("kernel_sources", None)  # TTIR: too large to keep in a verdict
                 if self._server.kernels:
                     self._server.kernels.request(sources)
-            if _device_out_of_memory(result):
+            if device_out_of_memory(result):
                 # The device is shared: other Evaluators' candidates may hold the memory this one needed (honest
-                # solutions failed this way with several Evaluators on one GPU). Once more, with the device and its memory to itself.
+                # solutions failed this way with several Evaluators on one GPU). Once more, with the device to itself.
                 first = {"error": result.error[:400], "memory_gb": result.checks.get("device_memory_gb"),
                          "ledger": self.gate.counted_gb()}  # what the ledger counted when it failed
                 self._alone = True
@@ -297,7 +297,7 @@ _OUT_OF_MEMORY = re.compile(r"(CUDA|HIP)( error:)? out of memory|(CU|HIP)BLAS_ST
                             r"(CU|MI)DNN_STATUS_ALLOC_FAILED")
 
 
-def _device_out_of_memory(result: EvalResult) -> bool:
+def device_out_of_memory(result: EvalResult) -> bool:
     """A runtime error from torch's CUDA allocator or the driver ("CUDA error: out of memory", e.g. a
     context created on a full device), the candidate's or the judge's; not the host's."""
     return result.status == Status.RUNTIME_ERROR and _OUT_OF_MEMORY.search(result.error or "") is not None

@@ -21,7 +21,7 @@ from kbencheval.eval.contract.protocol import (CandidateJob, Compare, Compiled, 
                                       Ready, Resume, RunPhase, Trial)
 from kbencheval.eval.result import EvalResult, Status
 from kbencheval.eval.contract.seeds import RunSeeds
-from kbencheval.eval.trusted.timing_checks import TimingChecks, _Verdict, correct_result, gate_window
+from kbencheval.eval.trusted.timing_checks import TimingChecks, Verdict, correct_result, gate_window
 
 # Checks the harness writes. A worker's message may add its own (phases_s, launches, timing_mechanism)
 # but never these, nor correctness_*: they are the record a user reads, not the candidate's to write.
@@ -80,7 +80,7 @@ class Session(TimingChecks):
         except ProtocolError as e:
             return EvalResult(Status.REJECTED, compiled=self.compiled, checks=self.checks,
                               error=f"the worker broke the evaluation protocol: {e}")
-        except _Verdict as v:
+        except Verdict as v:
             return v.result
         finally:
             if self.watchdog:
@@ -145,7 +145,7 @@ class Session(TimingChecks):
         kernels, and with no device record nothing tells its work from theirs. Such a verdict is never
         `correct` there. Read by the harness from the kernel's map of the worker, not from the worker."""
         if found := compiled_code(self.pid, self.job.job_dir):
-            raise _Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=(
+            raise Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=(
                 f"the candidate ran machine code it compiled ({found}): on the CPU the work of a compiled "
                 "extension cannot be attributed to it (no device record), so it is judged only on a GPU: "
                 "evaluate backend=cuda candidates with device=cuda")))
@@ -154,7 +154,7 @@ class Session(TimingChecks):
         try:
             self.conn.send(msg)
         except OSError:
-            raise _Verdict(self.died()) from None
+            raise Verdict(self.died()) from None
 
     def compile_aside(self, hold) -> None:
         """The worker compiles on the CPU: the device is let go meanwhile (no timer waits for a compile),
@@ -176,17 +176,17 @@ class Session(TimingChecks):
         """The next message must be `cls` (for `phase`); a Failure ends the evaluation with its status."""
         msg = self.conn.recv()
         if self.watchdog and self.watchdog.tripped:
-            raise _Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=self.compiled, checks=self.checks,
+            raise Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=self.compiled, checks=self.checks,
                                       error=f"the candidate exceeded the {self.handles.cfg.memory_limit_gb:g} GiB "
                                             "host memory limit"))
         if msg is None:
-            raise _Verdict(self.died())
+            raise Verdict(self.died())
         if isinstance(msg, (Ready, Failure, Outputs)):
             self.checks.update({k: v for k, v in msg.checks.items()
                                 if k not in HARNESS_KEYS and not k.startswith("correctness_")})
         if isinstance(msg, Failure):  # the worker only ever reports failures; success is the judge's call
             compiled = msg.status not in (Status.COMPILE_ERROR, Status.FORMAT_ERROR)
-            raise _Verdict(EvalResult(msg.status, compiled=compiled, error=clip(msg.error), checks=self.checks))
+            raise Verdict(EvalResult(msg.status, compiled=compiled, error=clip(msg.error), checks=self.checks))
         if not isinstance(msg, cls) or (phase and isinstance(msg, Outputs) and msg.phase != phase):
             got = msg.type + (f" for phase {msg.phase}" if isinstance(msg, Outputs) else "")
             names = " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
@@ -206,7 +206,7 @@ class Session(TimingChecks):
         self.add_spent(outputs.phase, "judge_s", clock)
         add_parts(self.checks.setdefault("judge_parts_s", {}).setdefault(outputs.phase, {}), reply.get("parts_s") or {})
         if not reply.get("ok"):
-            raise _Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=True, checks=self.checks,
+            raise Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=True, checks=self.checks,
                                       error=f"could not read the candidate's outputs: {reply.get('error')}"))
         if reply.get("protocol_error"):
             raise ProtocolError(reply["protocol_error"])
@@ -214,7 +214,7 @@ class Session(TimingChecks):
         self.checks.setdefault(f"correctness_{outputs.phase}", []).extend(
             {"trial": r["trial"], "ok": r["ok"], **r["stats"]} for r in reply["results"])
         if failed := next((r for r in reply["results"] if not r["ok"]), None):
-            raise _Verdict(EvalResult(Status.INCORRECT, compiled=True, checks=self.checks,
+            raise Verdict(EvalResult(Status.INCORRECT, compiled=True, checks=self.checks,
                                       error=f"{failed['message']} ({where}, inputs {failed['trial']})"))
 
     def died(self) -> EvalResult:

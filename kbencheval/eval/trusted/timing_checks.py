@@ -26,8 +26,9 @@ WALL_FRACTION, WALL_SLACK_S = 0.25, 0.005
 FLOOR_FRACTION = 0.5  # a copy kernel is not the peak; half the floor is still physically impossible
 
 
-class _Verdict(Exception):
-    """Ends a session with this result (a failure the worker reported, a death, a wrong output)."""
+class Verdict(Exception):
+    """Ends a session with this result (a failure the worker reported, a death, a wrong output); raised by
+    the session's steps and TimingChecks, so a caller of one step alone catches it."""
 
     def __init__(self, result: EvalResult):
         super().__init__(result.error)
@@ -149,7 +150,7 @@ class TimingChecks:
         if "error" in report:
             record["error"] = report["error"]
             if report["source"] == "graph" and reference is not None and "kernels" in reference:
-                raise _Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=(
+                raise Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=(
                     f"the kernels of the candidate's timed graph could not be listed ({report['error']}), though "
                     "the reference's could on this device")))
             return report["source"]
@@ -159,7 +160,7 @@ class TimingChecks:
         if violation := kernel_violation(report["kernels"], self.job.allowed_ops, nodes=report["nodes"],
                                          backend=self.job.backend):
             where = "in its timed graph" if report["source"] == "graph" else "in a profiled call"
-            raise _Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=f"{violation} ({where})"))
+            raise Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=f"{violation} ({where})"))
         return report["source"]
 
     def judge_timing(self, msg: TimeReference) -> dict:
@@ -167,7 +168,7 @@ class TimingChecks:
         if isinstance(reply.get("parts_s"), dict):
             add_parts(self.checks.setdefault("judge_parts_s", {}).setdefault("timing_setup", {}), reply["parts_s"])
         if not reply.get("ok"):
-            raise _Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=True, checks=self.checks,
+            raise Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=True, checks=self.checks,
                                       error=f"the reference could not be timed: {reply.get('error')}"))
         return reply
 
@@ -183,7 +184,7 @@ class TimingChecks:
                 contradicted.append((r, overhead_s))
         if 2 * len(contradicted) > len(rounds):
             r, overhead_s = max(contradicted, key=lambda c: c[0]["new_wall_s"] - c[1] - c[0]["new_events_s"])
-            raise _Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=(
+            raise Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=(
                 f"timing contradicted by the harness's clock in {len(contradicted)} of {len(rounds)} rounds: e.g. "
                 f"the candidate's events claim {r['new_events_s'] * 1e3:.3f} ms for a round that took "
                 f"{r['new_wall_s'] * 1e3:.3f} ms (the same loop around the reference: {overhead_s * 1e3:.3f} ms "
@@ -196,7 +197,7 @@ class TimingChecks:
         floor_us = io_bytes / (bandwidth * 1e9) * 1e6
         self.checks["physical_floor_us"] = round(floor_us, 3)
         if result.runtime_us < FLOOR_FRACTION * floor_us:
-            raise _Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=(
+            raise Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=(
                 f"a median time of {result.runtime_us:.2f} µs is below the physical floor: {io_bytes} "
                 f"bytes of inputs and outputs at the measured {bandwidth:.0f} GB/s take {floor_us:.2f} µs")))
 

@@ -2,5 +2,5 @@
 
 worker.py (imports and runs one candidate, times its replays), tripwires.py and audit.py (in-process
 run-time checks: early and cheap, never what a verdict rests on). Nothing here imports trusted/
-(tests/test_eval_rooms.py).
+(tests/evaluator/test_eval_rooms.py).
 """

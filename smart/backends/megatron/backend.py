@@ -102,7 +102,7 @@ class MegatronTrainBackend:
 
         cfg.validate()
         self.cfg = m = cfg
-        self.device = _cuda_device()
+        self.device = cuda_device()
         init_distributed(self.device)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         m.validate(self.world_size)
@@ -413,7 +413,9 @@ class _TokenView:
         return self._whole(vocab_parallel_entropy(self.logits, self.vocab_size))
 
 
-def _cuda_device() -> torch.device:
+# Public and looked up at call time: the CPU equivalence test (tests/smart/megatron_backend_cpu_worker.py)
+# replaces it to run the backend on gloo CPU ranks.
+def cuda_device() -> torch.device:
     if not torch.cuda.is_available():
         raise ValueError("backend=megatron needs a CUDA GPU (Megatron-core's forward is CUDA-only); "
                          "use backend=torch on CPU")

@@ -15,7 +15,7 @@ FSDP2 (`fully_shard` per decoder layer, then the root). Every rank receives the 
 takes its own token-balanced shard, so the global loss denominators are known without
 communication, and ranks run the same number of micro-batches (a rank that runs out repeats one
 with weight 0) so FSDP's collectives line up. Tested: 2 gloo ranks on CPU and 2 NCCL ranks on
-two GPUs match one process (tests/test_torch_backend_dist.py); more ranks and multi-node are untested.
+two GPUs match one process (tests/smart/test_torch_backend_dist.py); more ranks and multi-node are untested.
 """
 
 from __future__ import annotations

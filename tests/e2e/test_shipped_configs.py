@@ -1,0 +1,71 @@
+"""Every YAML in configs/ loads with the config class that reads it: a stale key fails here in
+seconds, not in the slow tier or on a GPU (a moved `reward.timeout_s` once failed CI after 10 min)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kbencheval.config import load_config
+from smart.config import RLConfig, SFTConfig
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
+
+
+def test_every_config_is_covered():
+    assert CONFIGS and all(p.name.split("_")[0] in {"rl", "sft", "learn"} for p in CONFIGS)
+
+
+@pytest.mark.parametrize("path", [p for p in CONFIGS if p.name.startswith(("rl_", "sft_"))], ids=lambda p: p.name)
+def test_run_config_loads(path):
+    cls = RLConfig if path.name.startswith("rl_") else SFTConfig
+    load_config(cls, path, [])
+
+
+@pytest.mark.parametrize("path", [p for p in CONFIGS if p.name.startswith("learn_")], ids=lambda p: p.name)
+def test_learning_config_splits_and_validates(path, tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "learning_config.py"), str(path), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "config" / "rl.yaml").is_file() and "LEARN_SEED=" in proc.stdout
+
+
+@pytest.mark.parametrize("path", [p for p in CONFIGS if p.name.startswith("sft_")], ids=lambda p: p.name)
+def test_sft_config_builds_its_conversations(path):
+    # SFT prompts ask for the kernel language (kernel_backend), not the training backend (backend: torch)
+    from smart.rollout.data import load_sft_conversations
+
+    cfg = load_config(SFTConfig, path, [])
+    if cfg.data.sft_jsonl:
+        pytest.skip("reads a JSONL the run makes")
+    convs = load_sft_conversations(cfg.data, cfg.kernel_backend, cfg.prompt_style)
+    assert convs and "Triton" in convs[0][0]["content"] and convs[0][-1]["role"] == "assistant"
+
+
+def test_learning_config_refuses_a_prepared_synth_set_made_with_other_settings(tmp_path):
+    # run_learning.sh skips its synth stage when RUN/synth exists (a set prepared off the device), so a stale
+    # set (another solution style or seed) would train silently on the wrong problems
+    script, config = str(REPO / "scripts" / "learning_config.py"), str(REPO / "configs" / "learn_synth_gpu.yaml")
+    made = {**yaml.safe_load(open(config))["synth"], "seed": 0, "solution_style": "ssa"}  # the config's set, but ssa
+    (tmp_path / "synth").mkdir()
+    (tmp_path / "synth" / "manifest.json").write_text(json.dumps({"config": made}))
+
+    def run(*overrides):
+        return subprocess.run([sys.executable, script, config, str(tmp_path), *overrides],
+                              capture_output=True, text=True, timeout=120)
+
+    stale = run()
+    assert stale.returncode == 2 and "solution_style: set has 'ssa', config asks 'inline'" in stale.stderr
+    assert run("synth.solution_style=ssa").returncode == 0
+    other_seed = run("synth.solution_style=ssa", "seed=1")
+    assert other_seed.returncode == 2 and "seed: set has 0" in other_seed.stderr
+    assert run("synth.solution_style=ssa", "seed=1", "synth.seed=0").returncode == 0  # the data pinned across seeds
+    (tmp_path / "synth" / "manifest.json").write_text("{truncated")
+    unreadable = run()
+    assert unreadable.returncode == 2 and "cannot read" in unreadable.stderr and "Traceback" not in unreadable.stderr
