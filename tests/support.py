@@ -100,11 +100,13 @@ def out_of_memory_once(real_call, kind: type, calls: list):
     """An Evaluator's judge call that answers its first `kind` request as a full device does; `calls`
     gets the monotonic time of each `kind` request."""
 
+    from kbencheval.eval.contract.protocol import REPLIES
+
     def judge_call(msg):
         if isinstance(msg, kind):
             calls.append(time.monotonic())
             if len(calls) == 1:
-                return {"ok": False, "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB"}
+                return REPLIES[kind](ok=False, error="OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB")
         return real_call(msg)
 
     return judge_call
@@ -117,7 +119,7 @@ def record_requests(monkeypatch, ev) -> tuple[list, list]:
     from kbencheval.eval.contract.protocol import Compare, TimeReference
     from kbencheval.eval.trusted.session import Session
 
-    order, compares, request, call = [], [], Session.request, ev._judge_call
+    order, compares, request, call = [], [], Session.request, ev.judge_call
     monkeypatch.setattr(Session, "request", lambda self, msg: (order.append(("worker", msg.phase, msg.trials)),
                                                                request(self, msg))[1])
 
@@ -128,5 +130,5 @@ def record_requests(monkeypatch, ev) -> tuple[list, list]:
         if isinstance(msg, TimeReference) and msg.setup:
             order.append(("judge", "timing_setup", []))
         return call(msg)
-    ev._judge_call = judge_call
+    ev.judge_call = judge_call
     return order, compares

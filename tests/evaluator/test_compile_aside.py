@@ -35,7 +35,7 @@ def _session(conn) -> Session:
     session = Session.__new__(Session)
     session.checks, session.spent, session.requested = {}, {}, []
     session.conn, session.compiled, session.watchdog = conn, True, None
-    session.ev = types.SimpleNamespace(cfg=types.SimpleNamespace(on_cpu=False))  # a GPU session: no memory-map check
+    session.handles = types.SimpleNamespace(cfg=types.SimpleNamespace(on_cpu=False))  # a GPU session: no memory-map check
     return session
 
 

@@ -287,7 +287,7 @@ def test_a_reference_that_ran_out_of_memory_is_prepared_again_once_every_reserva
     relu = next(p for p in load_bundled(1) if p.problem_id == 1)
     with Evaluator(EvalConfig(device="cpu", trials=1, stress_trials=False, timeout_s=60)) as ev:
         prepares: list = []
-        monkeypatch.setattr(ev, "_judge_call", out_of_memory_once(ev._judge_call, Prepare, prepares))
+        monkeypatch.setattr(ev, "judge_call", out_of_memory_once(ev.judge_call, Prepare, prepares))
         with another_reservation(DeviceGate("cpu"), 1 << 30, 8 << 30, seconds=1.5) as released:
             result = ev.evaluate(relu, "```python\n" + relu.solution_source + "```")
     assert result.correct, result.error

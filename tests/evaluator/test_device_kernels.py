@@ -128,7 +128,7 @@ def _session(on_cpu=False, allowed_ops=()):
 
     session = Session.__new__(Session)
     session.checks, session.kernels = {}, {}
-    session.ev = SimpleNamespace(cfg=SimpleNamespace(on_cpu=on_cpu))
+    session.handles = SimpleNamespace(cfg=SimpleNamespace(on_cpu=on_cpu))
     session.job = SimpleNamespace(allowed_ops=list(allowed_ops), backend="triton")
     return session
 

@@ -314,19 +314,19 @@ def test_one_evaluator_that_cannot_start_closes_the_others(monkeypatch):
 
 def test_the_judge_lets_go_of_a_problem_when_asked():
     from kbencheval.eval.trusted.judge import Judge
-    from kbencheval.eval.contract.protocol import Prepare, Release, TimeReference, TimingSpec, encode
+    from kbencheval.eval.contract.protocol import JudgeReply, Prepare, Release, TimeReference, TimingSpec, encode
 
     source = (Path(__file__).resolve().parents[2] / "kbencheval/problems/level1/1_ReLU.py").read_text()
     judge = Judge(torch.device("cpu"))
     prep = judge.prepare(Prepare(problem_source=source, sizes={"batch_size": 2, "dim": 8},
                                  model_seeds={"init": 1, "model": 2}, trials=[Trial(seed=3)]))
-    assert prep["ok"] and prep["output_bytes"] == [2 * 8 * 4] and judge.refs
+    assert prep.ok and prep.output_bytes == [2 * 8 * 4] and judge.refs
     judge.time_reference(TimeReference(spec=TimingSpec(warmup=1, iters=2), trials=[Trial(seed=4)], setup=True))
     assert judge.timer is not None
     assert decode(encode(Release(keep_problem=True))) == Release(keep_problem=True)
-    assert judge.release(Release(keep_problem=True)) == {"ok": True}  # only the allocator's free blocks
+    assert judge.release(Release(keep_problem=True)) == JudgeReply()  # only the allocator's free blocks
     assert judge.timer is not None and judge.refs
-    assert judge.release(Release()) == {"ok": True}
+    assert judge.release(Release()) == JudgeReply()
     assert judge.timer is None and not judge.refs
 
 
@@ -347,10 +347,10 @@ def test_a_timed_output_must_be_the_one_whose_digest_came_with_its_round(tmp_pat
     item = OutputItem(trial=picked, desc=export_tensors(right, str(tmp_path), "timed1"))
     honest = Compare(job_dir=str(tmp_path), phase="timed_outputs", tolerance={}, expected=[picked], items=[item],
                      committed=[output_digest(right, 77).tolist()], digest_seeds=[77])
-    assert judge.compare(honest)["results"][0]["ok"]
+    assert judge.compare(honest).results[0].ok
     timed_wrong = [torch.relu(right[0]) * 0.5]  # what the timed calls really produced
     lazy = dataclasses.replace(honest, committed=[output_digest(timed_wrong, 77).tolist()])
-    assert "differs from the one whose digest the worker sent in its round" in judge.compare(lazy)["protocol_error"]
+    assert "differs from the one whose digest the worker sent in its round" in judge.compare(lazy).protocol_error
     assert decode(encode(honest)).committed == honest.committed  # the digest crosses the pipe intact
 
     # Several picks in one request, each from its own round: each item is held to its own digest and seed.
@@ -361,14 +361,14 @@ def test_a_timed_output_must_be_the_one_whose_digest_came_with_its_round(tmp_pat
     seeds = [31, 33, 35]
     batch = Compare(job_dir=str(tmp_path), phase="timed_outputs", tolerance={}, expected=picks, items=items,
                     committed=[output_digest(o, s).tolist() for o, s in zip(outs, seeds)], digest_seeds=seeds)
-    assert [r["ok"] for r in judge.compare(batch)["results"]] == [True] * 3
+    assert [r.ok for r in judge.compare(batch).results] == [True] * 3
     lazy_second = list(batch.committed)
     lazy_second[1] = output_digest([outs[1][0] * 0.5], seeds[1]).tolist()  # the middle pick was timed wrong
     for forged in (dataclasses.replace(batch, committed=lazy_second),
                    dataclasses.replace(batch, digest_seeds=[31, 35, 33])):  # a digest held to another round's seed
-        assert "differs from the one whose digest" in judge.compare(forged)["protocol_error"]
+        assert "differs from the one whose digest" in judge.compare(forged).protocol_error
     swapped = dataclasses.replace(batch, items=[items[1], items[0], items[2]])  # each output under another's digest
-    assert "in another order than requested" in judge.compare(swapped)["protocol_error"]
+    assert "in another order than requested" in judge.compare(swapped).protocol_error
 
 
 def test_output_digests_are_stable_and_see_any_real_change():
@@ -407,3 +407,21 @@ def test_a_recomputed_output_may_round_differently_but_not_be_computed_different
     halves = exact.half()  # a 16-bit output gets its own rounding allowance, and still no skipped elements
     assert match((halves.float() * (1 + 1e-3 * torch.randn_like(exact))).half(), halves)
     assert not match(skipped.half(), halves)
+
+
+def test_every_judge_reply_is_typed_and_crosses_the_pipe_whole():
+    from kbencheval.eval.contract.protocol import (Compare, Compared, JudgeReply, Prepare, Prepared, ReferenceTimed,
+                                                   Release, TimeReference, TimingSpec, TrialVerdict, decode_reply,
+                                                   encode_reply)
+
+    sent = [(Prepare(problem_source="", sizes={}, model_seeds={}, trials=[]),
+             Prepared(device_name="cpu", output_bytes=[64], input_bytes=32, not_finite=["s3"], reserved_bytes=None)),
+            (Compare(job_dir="", phase="trials", tolerance={}, expected=[], items=[]),
+             Compared(results=[TrialVerdict(trial="s3", ok=False, message="mismatch", stats={"max_abs": 0.5})],
+                      parts_s={"import_s": 0.1}, reserved_bytes=1 << 20)),
+            (TimeReference(spec=TimingSpec(), trials=[]), ReferenceTimed(ref_us=[1.5, 2.0], mechanism="cuda_graph")),
+            (Release(), JudgeReply(ok=False, error="OutOfMemoryError: CUDA out of memory"))]
+    for request, reply in sent:
+        assert decode_reply(request, encode_reply(reply)) == reply
+    with pytest.raises(ValueError, match="the judge's reply to Release does not fit JudgeReply"):
+        decode_reply(Release(), b'{"ok": true, "ref_us": [1.0]}')  # a field the reply does not declare

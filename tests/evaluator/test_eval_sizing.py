@@ -14,12 +14,13 @@ from kbencheval.eval.contract.protocol import Trial
 
 def test_a_candidate_reserves_what_its_reference_needs_on_the_device():
     from kbencheval.eval import EvalConfig
+    from kbencheval.eval.contract.protocol import Prepared
     from kbencheval.eval.sharing.sizing import CUDA_CONTEXT_BYTES, device_bytes_needed
 
     gb = 1 << 30
     cfg = EvalConfig(device="cuda", timing_input_gb=0.75, judge_cache_gb=1.0)
-    relu = {"output_bytes": [gb], "input_bytes": gb, "call_peak_bytes": 2 * gb, "model_bytes": 0}
-    tiny = {"output_bytes": [1 << 20], "input_bytes": 1 << 20, "call_peak_bytes": 3 << 20, "model_bytes": 4 << 20}
+    relu = Prepared(output_bytes=[gb], input_bytes=gb, call_peak_bytes=2 * gb, model_bytes=0)
+    tiny = Prepared(output_bytes=[1 << 20], input_bytes=1 << 20, call_peak_bytes=3 << 20, model_bytes=4 << 20)
     # worker and judge: context, a call's peak (inputs regenerated in place), flush; the worker's exported
     # trial outputs; the judge's snapshot of a timed output and its compare slices. No cached outputs: a
     # 1 GB output fills the judge's 1 GB share, and is recomputed for each comparison instead.
@@ -36,7 +37,7 @@ def test_a_candidate_reserves_what_its_reference_needs_on_the_device():
     from kbencheval.eval.sharing import sizing
 
     def reserved(output_mb: int, one_per_request: bool = False) -> int:
-        prep = {"output_bytes": [output_mb << 20], "input_bytes": 0, "call_peak_bytes": 0, "model_bytes": 0}
+        prep = Prepared(output_bytes=[output_mb << 20], input_bytes=0, call_peak_bytes=0, model_bytes=0)
         with pytest.MonkeyPatch.context() as patch:
             if one_per_request:
                 patch.setattr(sizing, "timed_outputs_per_request", lambda output_bytes: 1)

@@ -74,15 +74,15 @@ def test_the_judge_keeps_its_free_blocks_between_one_candidates_comparisons_only
     replies = []
     # No cache of reference outputs: each comparison computes its reference, as 8 Evaluators' judges do.
     with Evaluator(EvalConfig(device="cuda", iters=20, timeout_s=120, judge_cache_gb=0.0)) as ev:
-        call = ev._judge_call
+        call = ev.judge_call
 
         def recording(msg):
             reply = call(msg)
             replies.append((type(msg).__name__, getattr(msg, "phase", ""), getattr(msg, "trim", None),
-                            reply.get("reserved_bytes", 0)))
+                            reply.reserved_bytes or 0))
             return reply
 
-        ev._judge_call = recording
+        ev.judge_call = recording
         result = ev.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
     assert result.status == Status.CORRECT, result.error
     prepared = next(kept for name, _, _, kept in replies if name == "Prepare")
@@ -167,7 +167,7 @@ def test_a_candidate_that_ran_out_of_device_memory_is_run_again_once_every_reser
     from kbencheval.eval.contract.protocol import Compare
 
     compares: list = []
-    monkeypatch.setattr(gpu_eval, "_judge_call", out_of_memory_once(gpu_eval._judge_call, Compare, compares))
+    monkeypatch.setattr(gpu_eval, "judge_call", out_of_memory_once(gpu_eval.judge_call, Compare, compares))
     # another Evaluator's candidate: 1 GiB, small enough for ours to run beside it
     with another_reservation(DeviceGate("cuda:0"), 1 << 30, 1 << 50, seconds=4.0) as released:
         result = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")

@@ -18,8 +18,8 @@ def test_the_judge_keeps_free_blocks_only_between_one_candidates_comparisons():
     wrong = relu.solution_source.replace("tl.maximum(x, 0.0)", "tl.maximum(x, 0.0) + 1.0")
     cfg = EvalConfig(device="cpu", trials=2, timing_on_cpu=True, iters=10, warmup=1, timeout_s=120)
     with Evaluator(cfg) as ev:
-        sent, call = [], ev._judge_call
-        ev._judge_call = lambda msg: (sent.append(msg), call(msg))[1]
+        sent, call = [], ev.judge_call
+        ev.judge_call = lambda msg: (sent.append(msg), call(msg))[1]
         assert ev.evaluate(relu, "```python\n" + relu.solution_source + "```").status == Status.CORRECT
         compares = [m for m in sent if isinstance(m, Compare)]
         assert len(compares) > 3 and [c.trim for c in compares] == [False] * (len(compares) - 1) + [True]
@@ -29,8 +29,8 @@ def test_the_judge_keeps_free_blocks_only_between_one_candidates_comparisons():
         assert [type(m).__name__ for m in sent][-2:] == ["Compare", "Release"]
         assert not sent[-2].trim and sent[-1] == Release(keep_problem=True)
     with Evaluator(EvalConfig(device="cpu", trials=2, timing=False, timeout_s=120)) as ev:
-        sent, call = [], ev._judge_call
-        ev._judge_call = lambda msg: (sent.append(msg), call(msg))[1]
+        sent, call = [], ev.judge_call
+        ev.judge_call = lambda msg: (sent.append(msg), call(msg))[1]
         assert ev.evaluate(relu, "```python\n" + relu.solution_source + "```").status == Status.CORRECT
         compares = [m for m in sent if isinstance(m, Compare)]  # untimed: the last trial's comparison gives them back
         assert [c.trim for c in compares] == [False] * (len(compares) - 1) + [True]
@@ -60,7 +60,7 @@ def test_timed_outputs_are_judged_against_the_judges_timer_not_a_second_input_se
         item = OutputItem(trial=picked, desc=export_tensors(outputs, str(tmp_path), f"t{len(fresh_calls)}"))
         reply = judge.compare(Compare(job_dir=str(tmp_path), phase="timed_outputs", tolerance={}, expected=[picked],
                                       items=[item]))
-        return reply["results"][0]["ok"]
+        return reply.results[0].ok
 
     assert torch.equal(judge.timed_reference(picked)[0], fresh[0])
     assert judged(fresh) and not judged([fresh[0] + 0.01])
@@ -96,15 +96,15 @@ def test_the_judge_reads_a_requests_numbers_back_once(tmp_path, monkeypatch):
     extra = request([outs[0], outs[1] + outs[1], outs[2]], "extra")  # two outputs where the reference has one
     reads, tolist = [], torch.Tensor.tolist
     monkeypatch.setattr(torch.Tensor, "tolist", lambda self: reads.append(self.numel()) or tolist(self))
-    assert [r["ok"] for r in judge.compare(right)["results"]] == [True] * 3
+    assert [r.ok for r in judge.compare(right).results] == [True] * 3
     assert len(reads) == 1 and reads[0] > 3 * 3  # the comparisons' numbers, the digests and their bounds
     reads.clear()
-    results = judge.compare(wrong)["results"]
-    assert [r["ok"] for r in results] == [True, False] and "mismatch" in results[1]["message"] and len(reads) == 1
+    results = judge.compare(wrong).results
+    assert [r.ok for r in results] == [True, False] and "mismatch" in results[1].message and len(reads) == 1
     digested, digest = [], judge_module.output_digest
     monkeypatch.setattr(judge_module, "output_digest", lambda got, seed: digested.append(seed) or digest(got, seed))
-    results = judge.compare(extra)["results"]
-    assert [r["ok"] for r in results] == [True, False] and results[1]["message"] == "expected 1 outputs, got 2"
+    results = judge.compare(extra).results
+    assert [r.ok for r in results] == [True, False] and results[1].message == "expected 1 outputs, got 2"
     assert digested == [seeds[0], seeds[2]]  # none of an output laid out unlike the reference's
 
 
@@ -144,5 +144,5 @@ def test_the_judge_waits_for_the_gpu_once_per_request_of_timed_outputs(monkeypat
     finally:
         torch.cuda.set_sync_debug_mode("default")
     waits = [w for w in caught if "synchroniz" in str(w.message)]
-    assert [r["ok"] for r in reply["results"]] == [True] * 5 + [False], reply
+    assert [r.ok for r in reply.results] == [True] * 5 + [False], reply
     assert 1 <= len(waits) <= 2, [str(w.message) for w in waits]

@@ -4,7 +4,6 @@ harness.Evaluator."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import tempfile
@@ -12,7 +11,7 @@ import time
 from pathlib import Path
 
 from kbencheval.eval.contract.errors import tail
-from kbencheval.eval.contract.protocol import Compare, JudgeJob, Prepare, Release
+from kbencheval.eval.contract.protocol import Compare, JudgeJob, JudgeReply, Prepare, Prepared, Release, decode_reply
 from kbencheval.eval.processes.launch import Conn, Worker, accept_from
 from kbencheval.eval.processes.lifecycle import kill_group
 from kbencheval.eval.processes.server import HarnessError, _Server
@@ -90,7 +89,9 @@ class EvaluatorProcesses:
             listener.close()
         return pid, Conn(conn, deadline)
 
-    def _judge_call(self, msg) -> dict:
+    def judge_call(self, msg) -> JudgeReply:
+        """One request to this Evaluator's judge process (started on first use), and its typed reply.
+        Every judge request of the Evaluator and its sessions goes through here, so a test may wrap it."""
         if self._judge is None:
             job_dir = tempfile.mkdtemp(prefix="judge-", dir=self._scratch)
             self._judge_dir = job_dir
@@ -108,12 +109,16 @@ class EvaluatorProcesses:
         if line is None:
             self._kill_judge()
             raise HarnessError(f"the judge process died: {tail(Path(self._judge_dir) / 'worker.log', 6)}")
-        reply = json.loads(line)
-        self._judge_kept = reply.get("reserved_bytes", self._judge_kept)
+        try:
+            reply = decode_reply(msg, line)
+        except ValueError as e:  # the judge is trusted: a reply that does not parse is the harness's bug
+            raise HarnessError(str(e)) from None
+        if reply.reserved_bytes is not None:
+            self._judge_kept = reply.reserved_bytes
         self._judge_untrimmed = isinstance(msg, Compare) and not msg.trim  # the Compare.trim it skipped
         return reply
 
-    def _prepare_alone(self, prepare: Prepare, checks: dict) -> dict:
+    def _prepare_alone(self, prepare: Prepare, checks: dict) -> Prepared:
         """The judge's prepare once more, after it ran out of device memory: with every other reservation
         on the device ended, none admitted meanwhile, and no other work on the device. A prepare runs
         before its candidate's reservation (whose size it tells), so it is counted nowhere: at the start of
@@ -123,13 +128,13 @@ class EvaluatorProcesses:
                                owner=self._owner) as reservation, self.gate.exclusive(gate_window(checks, "prepare")):
             spare = CUDA_CONTEXT_BYTES if self._spare is not None else 0
             reservation.standing_after = self._judge_kept + spare  # what stands again after it, even if the call fails
-            prep = self._judge_call(prepare)
+            prep = self.judge_call(prepare)
             reservation.standing_after = self._judge_kept + spare
         checks["prepare_oom_retry"] = "the reference ran out of device memory beside other work; prepared again alone"
         return prep
 
     def _release_judge(self, keep_problem: bool = False) -> None:
         try:
-            self._judge_call(Release(keep_problem=keep_problem))
+            self.judge_call(Release(keep_problem=keep_problem))
         except HarnessError:
             pass  # a dead judge holds nothing; the next candidate starts a new one

@@ -195,20 +195,19 @@ class Evaluator(EvaluatorProcesses):
         prepare = Prepare(problem_source=problem.source, sizes=sizes, model_seeds=seeds.model, trials=trials)
         with self.device_share(gate_window(checks, "prepare")):
             try:
-                prep = self._judge_call(prepare)
+                prep = self.judge_call(prepare)
             except HarnessError:  # the judge died since the last candidate: once more with a fresh one
                 self._ensure_server()
-                prep = self._judge_call(prepare)
-        if not prep.get("ok") and not self._alone and _OUT_OF_MEMORY.search(prep.get("error") or ""):
+                prep = self.judge_call(prepare)
+        if not prep.ok and not self._alone and _OUT_OF_MEMORY.search(prep.error):
             prep = self._prepare_alone(prepare, checks)
-        self._device_name = prep.get("device_name", self._device_name)
-        if not prep.get("ok"):
-            return EvalResult(Status.RUNTIME_ERROR, error=f"the reference itself failed: {prep.get('error')}",
-                              checks=checks)
+        self._device_name = prep.device_name or self._device_name
+        if not prep.ok:
+            return EvalResult(Status.RUNTIME_ERROR, error=f"the reference itself failed: {prep.error}", checks=checks)
         # Stress trials count only where the reference stays finite.
-        trials = [t for t in trials if not t.stress or t.key not in prep["not_finite"]]
+        trials = [t for t in trials if not t.stress or t.key not in prep.not_finite]
         checks["stress_trials"] = [t.stress for t in trials if t.stress]
-        launch = self._launch(problem, code, backend, seeds, sizes, prep["output_bytes"])
+        launch = self._launch(problem, code, backend, seeds, sizes, prep.output_bytes)
         if cfg.on_cpu:
             with launch:
                 return self._run_candidate(launch, seeds, trials, checks)
@@ -219,7 +218,7 @@ class Evaluator(EvaluatorProcesses):
         # GPU out of memory beside idle judges.
         problem_key = hash((problem.source, json.dumps(sizes, sort_keys=True)))
         need = device_bytes_needed(prep, cfg, copies_inputs=problem_key in self._copies_inputs)
-        capacity = int(DEVICE_MEMORY_FRACTION * prep.get("device_total_bytes", need))
+        capacity = int(DEVICE_MEMORY_FRACTION * (prep.device_total_bytes or need))
         checks["device_memory_gb"] = {"reserved": round(need / 2**30, 2), "capacity": round(capacity / 2**30, 2)}
         if self._alone:  # admitted once every other reservation has ended, and none beside it: the others'
             need = capacity = _WHOLE_DEVICE  # memory, not their work, is what ran it out
@@ -235,7 +234,7 @@ class Evaluator(EvaluatorProcesses):
             finally:
                 if checks.get("fresh_inputs", {}).get("reference", "graph").startswith("copy"):
                     self._copies_inputs.add(problem_key)  # its next reservation counts the copied set
-                if sum(prep["output_bytes"]) + prep.get("input_bytes", 0) > cfg.timing_input_gb * 2**30:
+                if sum(prep.output_bytes) + prep.input_bytes > cfg.timing_input_gb * 2**30:
                     self._release_judge()  # a large problem's timer and outputs: not left behind
                 # What the judge keeps for the next candidate of this problem counts against the device
                 # from now on: idle judges' timers and outputs, counted nowhere, left a new
@@ -273,7 +272,7 @@ class Evaluator(EvaluatorProcesses):
                 raise launch.error
             if time.monotonic() < launch.conn.deadline:  # a start that ran past its deadline times out now
                 launch.conn.deadline = time.monotonic() + cfg.timeout_s
-            handles = SessionHandles(cfg=cfg, gate=self.gate, device_share=self.device_share, judge=self._judge_call,
+            handles = SessionHandles(cfg=cfg, gate=self.gate, device_share=self.device_share, judge=self.judge_call,
                                      exit_status=lambda pid: self._server.call(op="exit_status", pid=pid))
             return Session(handles, launch.conn, launch.pid, job, checks, launch.tolerance).run(trials, seeds,
                                                                                                 launch.started)

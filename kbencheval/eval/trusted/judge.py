@@ -19,8 +19,9 @@ from kbencheval.eval.contract.errors import short_error
 from kbencheval.eval.contract.inputs import (as_tensor_list, build_model, device_name, digest_bounds_queued, digests_match,
                                     load_problem_module, make_inputs, output_digest, pin_global_flags, sync)
 from kbencheval.eval.sharing.parts import Parts
-from kbencheval.eval.contract.protocol import (Channel, Compare, JudgeJob, Prepare, ProtocolError, Release, TimeReference,
-                                      Trial, judge_keeps_outputs)
+from kbencheval.eval.contract.protocol import (REPLIES, Channel, Compare, Compared, JudgeJob, JudgeReply, Prepare,
+                                               Prepared, ProtocolError, ReferenceTimed, Release, TimeReference, Trial,
+                                               TrialVerdict, encode_reply, judge_keeps_outputs)
 from kbencheval.eval.contract.timing import Timer, measure_bandwidth_gbs
 from kbencheval.eval.contract.transfer import import_tensors
 from kbencheval.eval.trusted.compare import Readback, check_items, queue_outputs, verdicts
@@ -37,7 +38,7 @@ class Judge:
         self.bandwidth_gbs = None
         self.input_bytes = 0  # of the last trial computed (every trial of a problem has the same shapes)
 
-    def prepare(self, msg: Prepare) -> dict:
+    def prepare(self, msg: Prepare) -> Prepared:
         key = (msg.problem_source, json.dumps(msg.sizes, sort_keys=True), json.dumps(msg.model_seeds, sort_keys=True))
         if self.key != key:
             self.refs.clear()
@@ -62,45 +63,45 @@ class Judge:
                    for t in out):
                 not_finite.append(trial.key)
             output_bytes = [t.numel() * t.element_size() for t in out if isinstance(t, torch.Tensor)]
-        reply = {"ok": True, "device_name": device_name(self.device), "output_bytes": output_bytes,
-                 "input_bytes": self.input_bytes, "not_finite": not_finite}
+        reply = Prepared(device_name=device_name(self.device), output_bytes=output_bytes,
+                         input_bytes=self.input_bytes, not_finite=not_finite)
         if self.device.type == "cuda":
-            reply["call_peak_bytes"] = call_peak
-            reply["model_bytes"] = sum(t.numel() * t.element_size()
-                                       for t in [*self.model.parameters(), *self.model.buffers()])
-            reply["device_total_bytes"] = torch.cuda.get_device_properties(self.device).total_memory
+            reply.call_peak_bytes = call_peak
+            reply.model_bytes = sum(t.numel() * t.element_size()
+                                    for t in [*self.model.parameters(), *self.model.buffers()])
+            reply.device_total_bytes = torch.cuda.get_device_properties(self.device).total_memory
         self.release_memory()
-        return reply | self.kept()
+        reply.reserved_bytes = self.kept()
+        return reply
 
-    def release(self, msg: Release) -> dict:
+    def release(self, msg: Release) -> JudgeReply:
         """Drops the problem's timer and cached outputs: after a large candidate, an idle judge would
         otherwise keep gigabytes that no reservation accounts for. `keep_problem`: the free blocks only."""
         if msg.keep_problem:
             self.release_memory()
-            return {"ok": True, **self.kept()}
+            return JudgeReply(reserved_bytes=self.kept())
         self.refs.clear()
         self.timer = self.timer_key = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        return {"ok": True, **self.kept()}
+        return JudgeReply(reserved_bytes=self.kept())
 
-    def kept(self) -> dict:
+    def kept(self) -> int | None:
         """What this judge's allocator holds on the device: between candidates, its cached outputs and
-        timer, which the device gate counts as standing memory (gate.DeviceGate.reserve)."""
-        return {"reserved_bytes": torch.cuda.memory_reserved(self.device)} if self.device.type == "cuda" else {}
+        timer, which the device gate counts as standing memory (gate.DeviceGate.reserve). None off CUDA."""
+        return torch.cuda.memory_reserved(self.device) if self.device.type == "cuda" else None
 
-    def compare(self, msg: Compare) -> dict:
+    def compare(self, msg: Compare) -> Compared:
         """Every item's comparison (and a timed output's digest and its bounds) is queued on the device
         and read back once per request; the items' verdicts are then taken in order, up to the first wrong
         one. The candidate's memory stays mapped until that read: releasing a CUDA IPC tensor waits for
         the device too (torch syncs its stream first), and with nothing queued that wait is short."""
         if wrong := check_items(msg.expected, msg.items):
-            return {"ok": True, "protocol_error": wrong, "results": []}
+            return Compared(protocol_error=wrong)
         timed = msg.committed is not None
         if timed:  # each item is held to its own round's digest: in the order asked
             if [item.trial for item in msg.items] != msg.expected:
-                return {"ok": True, "protocol_error": "the worker returned the timed outputs in another order than "
-                        "requested", "results": []}
+                return Compared(protocol_error="the worker returned the timed outputs in another order than requested")
             commitments = list(zip(msg.committed, msg.digest_seeds or [], strict=True))
         parts = Parts()  # where a comparison's time goes (checks["judge_parts_s"]); no extra syncs
         readback, mapped, queued = Readback(), [], []
@@ -134,17 +135,16 @@ class Judge:
             ok, message, stats = verdicts(checks, [numbers[slot] for slot in slots])
             # A right output must also be the one the timed iteration committed to (a wrong one is wrong).
             if ok and timed and not digests_match(commitments[n][0], numbers[digest[0]], numbers[digest[1]]):
-                return {"ok": True, "protocol_error": "the timed output recomputed for judging differs from the "
-                        "one whose digest the worker sent in its round (beyond a nondeterministic kernel's "
-                        "rounding)", "results": []}
-            results.append({"trial": trial.key, "ok": ok, "message": message, "stats": stats})
+                return Compared(protocol_error="the timed output recomputed for judging differs from the one whose "
+                                "digest the worker sent in its round (beyond a nondeterministic kernel's rounding)")
+            results.append(TrialVerdict(trial=trial.key, ok=ok, message=message, stats=stats))
             if not ok:
                 break
         sync(self.device)
         if msg.trim:
             self.release_memory()
         parts.mark("sync_trim_s")
-        return {"ok": True, "results": results, "parts_s": parts.seconds, **self.kept()}
+        return Compared(results=results, parts_s=parts.seconds, reserved_bytes=self.kept())
 
     def release_memory(self) -> None:
         """Give the allocator's free blocks back to the device: the judge lives across candidates, and
@@ -155,14 +155,13 @@ class Judge:
                 torch.cuda.memory_allocated(self.device) > 256 << 20:
             torch.cuda.empty_cache()
 
-    def time_reference(self, msg: TimeReference) -> dict:
+    def time_reference(self, msg: TimeReference) -> ReferenceTimed:
         """The reference is timed here, in a process no candidate code ever ran in."""
         key = (self.key, json.dumps(dataclasses.asdict(msg.spec), sort_keys=True))
-        reply = {"ok": True}
         if msg.bandwidth:
             if self.bandwidth_gbs is None:
                 self.bandwidth_gbs = measure_bandwidth_gbs(self.device)
-            return {**reply, "bandwidth_gbs": self.bandwidth_gbs}
+            return ReferenceTimed(bandwidth_gbs=self.bandwidth_gbs)
         if msg.setup:
             parts = Parts()
             if self.timer_key != key:
@@ -178,12 +177,11 @@ class Judge:
                            if isinstance(t, torch.Tensor))
             parts.mark("io_bytes_s")
             # The reference's graph kernels: the harness's evidence that listing them works on this device.
-            return {**reply, "mechanism": self.timer.mechanism, "fresh_inputs": self.timer.fresh.mechanism,
-                    "io_bytes": io_bytes, "device_kernels": self.timer.device_kernels, "parts_s": parts.seconds}
+            return ReferenceTimed(mechanism=self.timer.mechanism, fresh_inputs=str(self.timer.fresh.mechanism),
+                                  io_bytes=io_bytes, device_kernels=self.timer.device_kernels, parts_s=parts.seconds)
         times, _ = self.timer.run(msg.trials)  # the worker's loop, digests included
-        if self.device.type == "cuda":  # what a timing judge holds on the device (sizing shared GPUs)
-            reply["reserved_bytes"] = torch.cuda.memory_reserved(self.device)
-        return {**reply, "ref_us": times}
+        # what a timing judge holds on the device (sizing shared GPUs)
+        return ReferenceTimed(ref_us=list(times), reserved_bytes=self.kept())
 
     def timed_reference(self, trial: Trial) -> list:
         """A picked timed iteration's reference outputs, valid until the next call. Through the judge's timer
@@ -234,5 +232,5 @@ def run_judge(job: JudgeJob, sock) -> None:
             else:
                 raise ProtocolError(f"the judge does not answer {type(msg).__name__}")
         except Exception as e:  # a bad descriptor or reference failure must not kill the judge
-            reply = {"ok": False, "error": short_error(e)}
-        sock.sendall((json.dumps(reply) + "\n").encode())
+            reply = REPLIES.get(type(msg), JudgeReply)(ok=False, error=short_error(e))
+        sock.sendall(encode_reply(reply))

@@ -204,18 +204,18 @@ class Session(TimingChecks):
                                             expected=expected, items=outputs.items,
                                             committed=committed, digest_seeds=digest_seeds, trim=trim))
         self.add_spent(outputs.phase, "judge_s", clock)
-        add_parts(self.checks.setdefault("judge_parts_s", {}).setdefault(outputs.phase, {}), reply.get("parts_s") or {})
-        if not reply.get("ok"):
+        add_parts(self.checks.setdefault("judge_parts_s", {}).setdefault(outputs.phase, {}), reply.parts_s)
+        if not reply.ok:
             raise Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=True, checks=self.checks,
-                                      error=f"could not read the candidate's outputs: {reply.get('error')}"))
-        if reply.get("protocol_error"):
-            raise ProtocolError(reply["protocol_error"])
+                                     error=f"could not read the candidate's outputs: {reply.error}"))
+        if reply.protocol_error:
+            raise ProtocolError(reply.protocol_error)
         # Appended, not replaced: timed outputs are judged once per round, and every round is on record.
         self.checks.setdefault(f"correctness_{outputs.phase}", []).extend(
-            {"trial": r["trial"], "ok": r["ok"], **r["stats"]} for r in reply["results"])
-        if failed := next((r for r in reply["results"] if not r["ok"]), None):
+            {"trial": r.trial, "ok": r.ok, **r.stats} for r in reply.results)
+        if failed := next((r for r in reply.results if not r.ok), None):
             raise Verdict(EvalResult(Status.INCORRECT, compiled=True, checks=self.checks,
-                                      error=f"{failed['message']} ({where}, inputs {failed['trial']})"))
+                                     error=f"{failed.message} ({where}, inputs {failed.trial})"))
 
     def died(self) -> EvalResult:
         time.sleep(0.05)

@@ -9,7 +9,7 @@ import statistics
 import time
 
 from kbencheval.eval.contract.device_kernels import check_report, kernel_violation
-from kbencheval.eval.contract.protocol import Outputs, ProtocolError, RunPhase, TimeReference, Trial
+from kbencheval.eval.contract.protocol import Outputs, ProtocolError, ReferenceTimed, RunPhase, TimeReference, Trial
 from kbencheval.eval.contract.seeds import RunSeeds
 from kbencheval.eval.result import EvalResult, Status, TimingStats
 from kbencheval.eval.sharing.parts import add_parts
@@ -63,11 +63,11 @@ class TimingChecks:
             self.request(RunPhase(phase="timing_setup", trials=[], timing_trials=list(seeds.timing[:1])))
             ref_setup = self.judge_timing(TimeReference(spec=spec, trials=list(seeds.timing[:1]), setup=True))
             setup = self.answer("timing_setup", hold)
-        eager = self.check_device_kernels(setup, ref_setup.get("device_kernels")) == "profiler"
+        eager = self.check_device_kernels(setup, ref_setup.device_kernels) == "profiler"
         # Which path timed the candidate: its captured graph, or eager calls (one that cannot be captured, or
         # whose launches the capture did not see: timing.Timer.replay_matches_eager), each with its own checks.
         self.checks["timing_path"] = "eager" if eager or self.handles.cfg.on_cpu else "cuda_graph"
-        self.checks["fresh_inputs"] = {"reference": str(ref_setup.get("fresh_inputs", "")),
+        self.checks["fresh_inputs"] = {"reference": ref_setup.fresh_inputs,
                                        "candidate": str(setup.timing.get("fresh_inputs", "")
                                                         if isinstance(setup.timing, dict) else "")[:200]}
         times = {"ref_us": [], "new_us": []}
@@ -76,7 +76,7 @@ class TimingChecks:
         per_round = picks_per_round(spec)
         with self.handles.gate.exclusive(gate_window(self.checks, "timing")):
             # The floor's yardstick: measured once per judge, with the device to itself.
-            bandwidth = self.judge_timing(TimeReference(spec=spec, trials=[], bandwidth=True))["bandwidth_gbs"]
+            bandwidth = self.judge_timing(TimeReference(spec=spec, trials=[], bandwidth=True)).bandwidth_gbs
             for r, size in enumerate(round_sizes(spec.iters)):
                 if precise_enough(times, rounds, spec):
                     break
@@ -92,10 +92,10 @@ class TimingChecks:
                            where="in a timed iteration", committed=[c for _, c, _ in batch],
                            digest_seeds=[s for _, _, s in batch], trim=start + per_request >= len(picks))
         self.check_wall_bound(rounds)
-        self.checks["timing_trust"] = (f"reference: {ref_setup['mechanism']} in the judge; candidate: "
+        self.checks["timing_trust"] = (f"reference: {ref_setup.mechanism} in the judge; candidate: "
                                        f"{setup.timing['mechanism']} in its worker, bounded by the harness's clock")
         result = correct_result(times, self.checks)
-        self.check_floor(result, ref_setup["io_bytes"], bandwidth)
+        self.check_floor(result, ref_setup.io_bytes, bandwidth)
         return result
 
     def time_round(self, r: int, trials: list[Trial], rng: random.Random, times: dict, rounds: list,
@@ -109,9 +109,9 @@ class TimingChecks:
             clock = time.monotonic()
             if name == "ref":
                 reply = self.judge_timing(TimeReference(spec=spec, trials=trials))
-                ref_us = reply["ref_us"]
+                ref_us = reply.ref_us
                 self.checks["judge_reserved_gb"] = max(self.checks.get("judge_reserved_gb", 0.0),
-                                                       round(reply.get("reserved_bytes", 0) / 2**30, 3))
+                                                       round((reply.reserved_bytes or 0) / 2**30, 3))
             else:
                 timing = self.ask(RunPhase(phase="time_round", trials=[], timing_trials=trials,
                                            digest_seed=digest_seed)).timing
@@ -163,13 +163,13 @@ class TimingChecks:
             raise Verdict(EvalResult(Status.REJECTED, compiled=True, checks=self.checks, error=f"{violation} ({where})"))
         return report["source"]
 
-    def judge_timing(self, msg: TimeReference) -> dict:
+    def judge_timing(self, msg: TimeReference) -> ReferenceTimed:
         reply = self.handles.judge(msg)
-        if isinstance(reply.get("parts_s"), dict):
-            add_parts(self.checks.setdefault("judge_parts_s", {}).setdefault("timing_setup", {}), reply["parts_s"])
-        if not reply.get("ok"):
+        if reply.parts_s:
+            add_parts(self.checks.setdefault("judge_parts_s", {}).setdefault("timing_setup", {}), reply.parts_s)
+        if not reply.ok:
             raise Verdict(EvalResult(Status.RUNTIME_ERROR, compiled=True, checks=self.checks,
-                                      error=f"the reference could not be timed: {reply.get('error')}"))
+                                     error=f"the reference could not be timed: {reply.error}"))
         return reply
 
     def check_wall_bound(self, rounds: list[dict]) -> None:
