@@ -64,7 +64,7 @@ def profile_problem(problem, device, tracker, folder: str, small: bool = False, 
     module = load_problem_module(problem.source, sizes)
     judge = Judge(device, cache_bytes)
     prep = judge.prepare(Prepare(problem_source=problem.source, sizes=sizes, model_seeds=seeds.model, trials=trials))
-    trials = [t for t in trials if not t.stress or t.key not in prep["not_finite"]]
+    trials = [t for t in trials if not t.stress or t.key not in prep.not_finite]
     path = Path(folder) / f"{problem.key}.py"
     path.write_text(problem.solution_source)  # @triton.jit reads its source from a file
     spec = importlib.util.spec_from_file_location(f"candidate_{problem.key}", path)
@@ -77,7 +77,7 @@ def profile_problem(problem, device, tracker, folder: str, small: bool = False, 
     for n, trial in enumerate(trials):
         step = worker if n else Steps(device)  # the first trial compiles: not in the medians
         inputs = step("make_inputs", lambda: make_inputs(module, trial, device))
-        step("poison", lambda: poison(device, prep["output_bytes"]))
+        step("poison", lambda: poison(device, prep.output_bytes))
         before = step("fingerprint", lambda: inputs_fingerprint(inputs))
         capture = OpCapture(allowed)
 
@@ -120,7 +120,7 @@ def profile_problem(problem, device, tracker, folder: str, small: bool = False, 
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return {"worker_trial_ms": worker.medians(), "judge_trial_ms": judged.medians(), "pick_ms": picks.medians(),
-            "trials": len(trials), "output_mb": round(sum(prep["output_bytes"]) / 2**20, 1),
+            "trials": len(trials), "output_mb": round(sum(prep.output_bytes) / 2**20, 1),
             "input_mb": round(prep["input_bytes"] / 2**20, 1)}
 
 
