@@ -45,7 +45,7 @@ def planted(evaluators):
         places[name] = folder / "credentials"
         places[name].write_text(token() + "\n")
     for static, ev in evaluators.items():  # another job's folder in the evaluator's scratch
-        other = Path(ev._scratch) / f"job-other-{static}"
+        other = ev.scratch / f"job-other-{static}"
         other.mkdir()
         (other / "outputs.txt").write_text(token() + "\n")
         places[f"other_job_{static}"] = other / "outputs.txt"
@@ -71,7 +71,7 @@ def leaked(text: str, secret: bytes) -> bool:
 
 def everything_said(ev: Evaluator, result) -> str:
     """The verdict, and every log the evaluator keeps (its scratch folder's files)."""
-    logs = [p.read_text(errors="replace") for p in Path(ev._scratch).rglob("*.log") if p.is_file()]
+    logs = [p.read_text(errors="replace") for p in ev.scratch.rglob("*.log") if p.is_file()]
     return result.to_json() + "\n".join(logs)
 
 

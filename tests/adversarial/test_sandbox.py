@@ -113,7 +113,7 @@ def test_sandbox_lists_its_layers(ev):
 
 def test_kill_the_fork_server_and_everything_visible(ev):
     require_pid_namespace(ev)
-    server, judge = ev._server.proc.pid, ev._judge_init
+    server, judge = ev.process_ids()["fork_server"], ev.process_ids()["judge"]
     result = ev.evaluate(RELU, attack("""
 for p in os.listdir('/proc'):
     if p.isdigit() and int(p) != os.getpid():
@@ -129,7 +129,7 @@ kill(os.getppid(), signal.SIGKILL)   # 0 here: the parent is outside this PID na
 
 def test_kill_the_judge(ev):
     require_pid_namespace(ev)
-    judge = ev._judge_init
+    judge = ev.process_ids()["judge"]
     result = ev.evaluate(RELU, attack("""
 for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGSEGV, signal.SIGUSR1):
     kill(1, sig)   # the judge is PID 1 of the candidate's PID namespace
@@ -163,7 +163,7 @@ def test_the_next_candidates_worker_is_not_there_yet(ev):
     this one's processes are gone: a candidate sees no process but the judge and its own."""
     require_pid_namespace(ev)
     honest_is_correct(ev)
-    assert ev._spare is not None and alive(ev._spare.pid)  # the spare the attack's worker came from ...
+    assert (spare := ev.process_ids()["spare"]) and alive(spare)  # the spare the attack's worker came from ...
     result = ev.evaluate(RELU, attack("""
 me = os.getsid(0)
 others = []
@@ -177,7 +177,7 @@ for p in os.listdir('/proc'):
 raise RuntimeError(f'others={others}')
 """))
     assert result.status == Status.COMPILE_ERROR and "others=[]" in result.error, result.error
-    assert ev._spare is not None and alive(ev._spare.pid)  # ... and the next one, forked after it was gone
+    assert (spare := ev.process_ids()["spare"]) and alive(spare)  # ... and the next one, forked after it was gone
     honest_is_correct(ev)
 
 
@@ -292,15 +292,15 @@ if found:
 def test_harness_survives_its_processes_dying():
     with kernel_sandbox_evaluator() as ev:
         honest_is_correct(ev)
-        spare = ev._spare.pid
+        spare = ev.process_ids()["spare"]
         os.kill(spare, signal.SIGKILL)  # the next candidate's worker dies before its candidate comes
         deadline = time.monotonic() + 30  # gone: SIGKILL is delivered asynchronously (CI caught the race)
-        while not ev._spare.conn.closed_by_peer() and time.monotonic() < deadline:
+        while ev.process_ids()["spare"] == spare and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert honest_is_correct(ev) and ev._spare.pid != spare
-        os.kill(ev._judge_init, signal.SIGKILL)  # the judge dies between candidates (and the spare with it)
+        assert honest_is_correct(ev) and ev.process_ids()["spare"] not in (spare, None)
+        os.kill(ev.process_ids()["judge"], signal.SIGKILL)  # the judge dies between candidates (and the spare with it)
         assert honest_is_correct(ev).checks["harness_restarts"]["judge"] == 1
-        os.kill(ev._server.proc.pid, signal.SIGKILL)  # the fork server, and the judge with it
+        os.kill(ev.process_ids()["fork_server"], signal.SIGKILL)  # the fork server, and the judge with it
         time.sleep(0.2)
         restarted = honest_is_correct(ev).checks
         assert restarted["harness_restarts"]["fork_server"] == 1
@@ -311,7 +311,7 @@ def test_harness_survives_its_processes_dying():
             while True:
                 pass
 """)
-        server = ev._server.proc.pid
+        server = ev.process_ids()["fork_server"]
         killer = subprocess.Popen(["sh", "-c", f"sleep 3; kill -9 {server}"])
         result = ev.evaluate(RELU, looping)  # the fork server dies while this candidate runs
         killer.wait()
@@ -343,8 +343,7 @@ raise RuntimeError(f"poisoned private={_poison(os.environ['TRITON_CACHE_DIR'])} 
 ```"""
     with Evaluator(EvalConfig(device="cuda", sandbox="kernel", static_checks=False, timeout_s=120)) as ev:
         honest_is_correct(ev)  # its launcher and its kernel, built by the harness into their folders
-        ev._server.launchers.drain()
-        ev._server.kernels.drain()
+        ev.drain_compiles()
         result = ev.evaluate(RELU, poison)
         assert "poisoned private=" in result.error and " shared=0 of " in result.error, result.error
         assert " in 3 layers" in result.error and " of 0 in" not in result.error, result.error

@@ -156,7 +156,7 @@ def test_a_candidate_larger_than_the_device_runs_alone_and_a_dead_holder_frees_i
     assert windows["huge"]["wait_s"] < 0.5  # alone on the device: admitted whatever its estimate
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    gate._update(lambda ledger: ledger["held"].update(crashed=[dead.pid, 70 * GB]))  # as a crash leaves it
+    gate.update_ledger(lambda ledger: ledger["held"].update(crashed=[dead.pid, 70 * GB]))  # as a crash leaves it
     _reserve_in_thread(gate, windows, "next", 30 * GB, 72 * GB, 0.05).join(10)
     assert windows["next"]["wait_s"] < 0.5  # the crashed holder's 70 GB did not count
 

@@ -280,9 +280,9 @@ def test_evaluators_start_side_by_side_each_with_its_own_fork_server():
     evaluators = start_evaluators(EvalConfig(device="cpu", trials=1), 2)
     try:
         time.sleep(0.5)  # a server tied to a finished thread (PDEATHSIG) would be dead by now
-        pids = {ev._server.proc.pid for ev in evaluators}
+        pids = {ev.process_ids()["fork_server"] for ev in evaluators}
         assert len(evaluators) == 2 and len(pids) == 2
-        assert all(ev._server.proc.poll() is None for ev in evaluators)
+        assert all(ev.fork_server_alive() for ev in evaluators)
     finally:
         for ev in evaluators:
             ev.close()

@@ -59,11 +59,11 @@ def test_a_kernel_compiled_by_the_harness_serves_the_next_candidate(gpu_eval):
 
     leaky = next(p for p in load_bundled(1) if p.problem_id == 4)
     first = gpu_eval.evaluate(leaky, "```python\n" + leaky.solution_source + "```")
-    gpu_eval._server.kernels.drain()
+    gpu_eval.drain_compiles()
     second = gpu_eval.evaluate(leaky, "```python\n" + leaky.solution_source + "```")
     assert first.status == second.status == Status.CORRECT, (first.error, second.error)
     assert "kernel_sources" not in first.checks["precompile"]  # the TTIR stays out of the verdict
-    assert gpu_eval._server.kernels is shared_compiler(None, 0) and gpu_eval._server.kernels.failures == 0
+    assert gpu_eval.kernel_compiler is shared_compiler(None, 0) and gpu_eval.kernel_compiler.failures == 0
     assert second.checks["precompile"]["kernels_cached"] == 1, (first.checks["precompile"], second.checks["precompile"])
     assert second.checks["device_kernels"]["kernels"] == first.checks["device_kernels"]["kernels"]
 

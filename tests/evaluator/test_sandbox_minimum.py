@@ -33,7 +33,7 @@ prog += [(S._RET, S._ALLOW),
          ("label", "allow"), (S._RET, S._ALLOW),
          ("label", "deny"), (S._RET, S._ERRNO | errno.EPERM),
          ("label", "enosys"), (S._RET, S._ERRNO | errno.ENOSYS)]
-insns = S._assemble(prog)
+insns = S.assemble(prog)
 array = (S._Insn * len(insns))(*[S._Insn(*i) for i in insns])
 L.prctl(L.PR_SET_NO_NEW_PRIVS, 1)
 L.syscall("seccomp", ctypes.c_uint(1), ctypes.c_uint(0), ctypes.byref(S._Prog(len(insns), array)))

@@ -118,7 +118,7 @@ class DeviceGate:
         t0 = time.monotonic()
         ticket = f"{os.getpid()}-{threading.get_ident()}-{next(_TICKETS)}"
         owner = owner or ticket
-        self._update(lambda ledger: ledger["queue"].append([ticket, os.getpid(), int(nbytes), time.time(),
+        self.update_ledger(lambda ledger: ledger["queue"].append([ticket, os.getpid(), int(nbytes), time.time(),
                                                             int(early_bytes), ready is None]))
         reservation = Reservation()
         blocked: dict = {}  # what kept it out at its last look, for `waited["blocked_by_gb"]`
@@ -129,10 +129,10 @@ class DeviceGate:
             while True:
                 if not in_line and ready():
                     in_line = True
-                    self._update(lambda ledger: _join_line(ledger, ticket))
+                    self.update_ledger(lambda ledger: _join_line(ledger, ticket))
                     if waited is not None:
                         waited["ready_after_s"] = round(time.monotonic() - t0, 4)
-                if in_line and self._update(lambda ledger: _admit(ledger, ticket, capacity, owner, blocked)):
+                if in_line and self.update_ledger(lambda ledger: _admit(ledger, ticket, capacity, owner, blocked)):
                     break
                 time.sleep(RESERVE_POLL_S)
             if waited is not None and blocked:
@@ -140,21 +140,21 @@ class DeviceGate:
             with _recorded(waited, t0):
                 yield reservation
         finally:
-            self._update(lambda ledger: _drop(ledger, ticket, owner, reservation.standing_after))
+            self.update_ledger(lambda ledger: _drop(ledger, ticket, owner, reservation.standing_after))
 
     def stand(self, owner: str, nbytes: int) -> None:
         """What the Evaluator `owner` holds on the device between its candidates (its judge's timer and
         outputs, its next worker's context) is `nbytes` from now on, until its next reservation."""
-        self._update(lambda ledger: ledger["standing"].__setitem__(owner, [os.getpid(), int(nbytes)]))
+        self.update_ledger(lambda ledger: ledger["standing"].__setitem__(owner, [os.getpid(), int(nbytes)]))
 
     def forget(self, owner: str) -> None:
         """The Evaluator `owner` is closed: its judge keeps nothing any more."""
-        self._update(lambda ledger: ledger["standing"].pop(owner, None))
+        self.update_ledger(lambda ledger: ledger["standing"].pop(owner, None))
 
     def reserved(self) -> dict:
         """{"held": {ticket: [pid, bytes]}, "queue": [[ticket, pid, bytes, in line since, early_bytes, in line], ...],
         "standing": {owner: [pid, bytes]}}, live ones only."""
-        return self._update(lambda ledger: {"held": dict(ledger["held"]), "queue": list(ledger["queue"]),
+        return self.update_ledger(lambda ledger: {"held": dict(ledger["held"]), "queue": list(ledger["queue"]),
                                             "standing": dict(ledger["standing"])})
 
     def counted_gb(self) -> dict:
@@ -165,8 +165,9 @@ class DeviceGate:
         return {"held_gb": _gb(held), "standing_gb": _gb(standing), "early_gb": _gb(early),
                 "holders": len(ledger["held"]), "queued": len(ledger["queue"])}
 
-    def _update(self, change):
-        """Applies `change` to the ledger under its lock (dead holders dropped first); returns its result."""
+    def update_ledger(self, change):
+        """Applies `change` to the ledger under its lock (dead holders dropped first); returns its result. Public
+        so that a test can leave the ledger as a crashed holder would."""
         fd = self._open("ledger_lock")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)

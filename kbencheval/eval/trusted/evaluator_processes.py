@@ -24,6 +24,33 @@ _WHOLE_DEVICE = 1 << 60  # a reservation that is admitted only alone (gate._admi
 class EvaluatorProcesses:
     """Evaluator's fork server, judge and spare worker (the attributes are the Evaluator's own)."""
 
+    # -- what the attack tests and operators may look at: read-only views of the processes ----------
+    @property
+    def scratch(self) -> Path:
+        """This Evaluator's scratch folder: every job folder, log and the sandbox's probe are under it."""
+        return Path(self._scratch)
+
+    def process_ids(self) -> dict[str, int | None]:
+        """The pids of its processes, as this process sees them: the fork server, the judge (the PID 1 of
+        its namespace) and the spare worker forked for the next candidate (None while there is none)."""
+        spare = self._spare if self._spare is not None and not self._spare.conn.closed_by_peer() else None
+        return {"fork_server": self._server.proc.pid, "judge": self._judge_init,
+                "spare": spare.pid if spare is not None else None}
+
+    def fork_server_alive(self) -> bool:
+        return self._server.proc.poll() is None
+
+    def drain_compiles(self) -> None:
+        """Waits for the kernel and launcher builds started in the background to finish."""
+        for cache in (self._server.launchers, self._server.kernels):
+            if cache:
+                cache.drain()
+
+    @property
+    def kernel_compiler(self):
+        """The shared background compiler of candidates' kernels (kernel_cache.shared_compiler), or None."""
+        return self._server.kernels
+
     def _kill_judge(self):
         for pid in (self._judge_pid, self._judge_init):
             if pid:

@@ -50,7 +50,7 @@ class _Prog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_Insn))]
 
 
-def _assemble(program: list[tuple]) -> list[tuple[int, int, int, int]]:
+def assemble(program: list[tuple]) -> list[tuple[int, int, int, int]]:
     """(code, k, true-label, false-label) with labels resolved to relative jumps; ("label", name) marks a spot."""
     labels, flat = {}, []
     for item in program:
@@ -91,7 +91,7 @@ def build(arch: str = L.ARCH) -> list[tuple[int, int, int, int]]:
         ("label", "enosys"), (_RET, _ERRNO | errno.ENOSYS),
         ("label", "kill"), (_RET, _KILL_PROCESS),
     ]
-    return _assemble(prog)
+    return assemble(prog)
 
 
 def install() -> None:
