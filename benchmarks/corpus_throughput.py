@@ -98,7 +98,7 @@ def main() -> int:
     corpus = args.corpus or str(write_rows(bundled_as_kernelbook(args.repeat), work / "corpus"))
     t = time.perf_counter()
     stats = verify(VerifyConfig(source=args.source, path=corpus, limit=args.limit, out=str(work / "verified"),
-                                device=args.device, cpu_workers=args.workers))
+                                device=args.device, cpu_evaluators=args.workers))
     verify_s = time.perf_counter() - t
     verdicts = [json.loads(x) for x in (work / "verified" / VERDICTS).read_text().splitlines()]
     per_record = [v.get("eval_seconds") or 0.0 for v in verdicts]

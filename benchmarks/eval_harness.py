@@ -2,11 +2,11 @@
 
     python benchmarks/eval_harness.py --device cuda --out benchmarks/results/eval_harness.json
     python benchmarks/eval_harness.py --device cuda --timing-mode events --out benchmarks/results/eval_harness_events.json
-    python benchmarks/eval_harness.py --device cuda --workers-per-device 4 --out benchmarks/results/eval_harness_4w.json
+    python benchmarks/eval_harness.py --device cuda --evaluators-per-device 4 --out benchmarks/results/eval_harness_4w.json
     python benchmarks/eval_harness.py --device cpu --limit 3      # smoke run under the interpreter
     python benchmarks/eval_harness.py --device cuda --compare-kernelbench ~/KernelBench   # theirs beside ours
 
-`--workers-per-device N` runs N Evaluators on the device from N threads: compile and correctness
+`--evaluators-per-device N` runs N Evaluators on the device from N threads: compile and correctness
 overlap, timing is one at a time (kbencheval/eval/sharing/gate.py); the summary adds how long timings waited.
 Each pass after the first hands out the problems that took longest before first (`--order suite`:
 always the suite's order), as the reward pool does across RL steps.
@@ -201,7 +201,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--limit", type=int, default=0, help="only the first N problems (smoke runs)")
     ap.add_argument("--timing-mode", default="trusted", choices=["trusted", "events", "cuda_graph"])
-    ap.add_argument("--workers-per-device", type=int, default=1,
+    ap.add_argument("--evaluators-per-device", type=int, default=1,
                     help="Evaluators on the device at once (compile/correctness overlap, timing one at a time)")
     ap.add_argument("--min-iters", type=int, default=EvalConfig.min_iters,
                     help="trusted timing: iterations before it may stop early (= 100: always 100)")
@@ -226,8 +226,8 @@ def main() -> int:
     cold = cold_start_seconds(args.device)
     t = time.perf_counter()
     cfg = device_memory_per_evaluator(EvalConfig(device=args.device, timing_mode=args.timing_mode, min_iters=args.min_iters,
-                                                 timing_target_rse=args.target_rse), args.workers_per_device)
-    evaluators = start_evaluators(cfg, args.workers_per_device)
+                                                 timing_target_rse=args.target_rse), args.evaluators_per_device)
+    evaluators = start_evaluators(cfg, args.evaluators_per_device)
     startup = time.perf_counter() - t
     rows = {p.key: {"problem": p.key} for p in problems}
     try:
@@ -251,7 +251,7 @@ def main() -> int:
     summary = {
         "device": device_name,
         "timing_mode": args.timing_mode,
-        "workers_per_device": args.workers_per_device,
+        "evaluators_per_device": args.evaluators_per_device,
         "order": args.order,
         "timed_iterations": {"max": cfg.iters, "min": cfg.min_iters, "target_rse": cfg.timing_target_rse},
         "timing_gate_wait_median_s": statistics.median(waits) if waits else None,

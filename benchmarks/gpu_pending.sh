@@ -70,12 +70,12 @@ for step in "$@"; do
         --out "$work/eval_harness_trusted_h100.json" ;;
     suite_events) run suite_events 300 "$py" benchmarks/eval_harness.py --device cuda --passes 1 \
         --timing-mode events --out "$work/eval_harness_events_h100.json" ;;
-    suite_4w) run suite_4w 560 "$py" benchmarks/eval_harness.py --device cuda --passes 2 --workers-per-device 4 \
+    suite_4w) run suite_4w 560 "$py" benchmarks/eval_harness.py --device cuda --passes 2 --evaluators-per-device 4 \
         --out "$work/eval_harness_4w_h100.json" ;;
-    suite_8w) run suite_8w 560 "$py" benchmarks/eval_harness.py --device cuda --passes 2 --workers-per-device 8 \
+    suite_8w) run suite_8w 560 "$py" benchmarks/eval_harness.py --device cuda --passes 2 --evaluators-per-device 8 \
         --out "$work/eval_harness_8w_h100.json" ;;
     suite_8w_no_launchers) KBENCH_LAUNCHER_CACHE=0 run suite_8w_no_launchers 560 "$py" benchmarks/eval_harness.py \
-        --device cuda --passes 2 --workers-per-device 8 --out "$work/eval_harness_8w_no_launchers_h100.json" ;;
+        --device cuda --passes 2 --evaluators-per-device 8 --out "$work/eval_harness_8w_no_launchers_h100.json" ;;
     check_latency) run check_latency 240 "$py" benchmarks/check_latency.py --device cuda:0 --repeats 3 \
         --out "$work/check_latency_h100.json" ;;
     engine) run engine 500 "$py" benchmarks/engine_throughput.py --device cuda --reps 2 --out "$work/engine_throughput_h100.json" ;;

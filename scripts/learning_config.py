@@ -37,7 +37,7 @@ from kbencheval.config import ConfigError  # noqa: E402
 SECTIONS = {"seed": int, "model": dict, "synth": dict, "eval": dict, "sft": dict, "rl": dict, "sft_stop": dict,
             "controls": dict, "ablations": dict, "lanes": int}
 EVAL_KEYS = {"num_problems", "num_samples", "temperature", "top_p", "max_tokens", "device", "num_gpus",
-             "cpu_workers", "workers_per_gpu", "trials", "batch_size", "split", "greedy", "heldout_problems",
+             "cpu_evaluators", "evaluators_per_gpu", "trials", "batch_size", "split", "greedy", "heldout_problems",
              "heldout_samples", "timing", "engine_dtype", "multi_turn", "multi_turn_samples"}
 MODEL_KEYS = {"vocab_size", "hidden", "layers"}
 SFT_STOP_KEYS = {"every", "num_problems", "num_samples", "min_pass_at_k"}

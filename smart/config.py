@@ -219,20 +219,22 @@ class RewardConfig:
     staged_compile: float = 0.2
     staged_correct: float = 0.7
     staged_speed: float = 1.0
-    num_workers: int = 1
-    """Eval workers (Ray actors). One per GPU, or a few interpreter workers on CPU."""
-    num_gpus_per_worker: int = 0
-    evaluators_per_worker: int = 1
-    """Evaluators inside each eval worker, on its device: candidates compile and run their correctness
+    eval_actors: int = 1
+    """Ray actors that run Evaluators: one per GPU, or a few running the interpreter on CPU."""
+    gpus_per_eval_actor: int = 0
+    evaluators_per_actor: int = 1
+    """Evaluators inside each eval actor, on its device: candidates compile and run their correctness
     trials side by side and are timed one at a time (kbencheval's device gate). Above 1, another
     candidate's queued GPU work can still overlap a timing (docs/evaluator.md)."""
     deadline_margin_s: float = 60.0
     """One deadline rule: the per-candidate limit is the evaluator's own, reward.eval.timeout_s, so a
-    slow candidate gets its clean `timeout` verdict; the pool replaces a worker only when it has not
+    slow candidate gets its clean `timeout` verdict; the pool replaces an actor only when it has not
     answered after eval.timeout_s + deadline_margin_s (a hang the evaluator could not cut, a crash)."""
-    worker_start_timeout_s: float = 600.0
-    """How long an eval worker may take to start (its Evaluators: fork server and judge) before the step
-    stops with an error. A candidate's deadline is counted from its worker's start, not its own."""
+    actor_start_timeout_s: float = 600.0
+    """How long an eval actor may take to start (its Evaluators: fork server and judge) before the step
+    stops with an error. A candidate's deadline is counted from its actor's start, not its own."""
+    RENAMED = {"num_workers": "eval_actors", "num_gpus_per_worker": "gpus_per_eval_actor",
+               "evaluators_per_worker": "evaluators_per_actor", "worker_start_timeout_s": "actor_start_timeout_s"}
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     """kbencheval's EvalConfig, the same section `kbench run-one` / `kbench eval` take as eval.*:
     reward.eval.device=cuda reward.eval.trials=2 reward.eval.timeout_s=300 ... (timing_mode stays trusted: the
@@ -241,13 +243,13 @@ class RewardConfig:
     def validate(self) -> None:
         if self.rejected_reward >= 0:
             raise ConfigError(f"reward.rejected_reward must be < 0 so rejected stays lowest, got {self.rejected_reward}")
-        if self.num_gpus_per_worker not in (0, 1):
-            raise ConfigError("reward.num_gpus_per_worker must be 0 (interpreter on CPU) or 1 (one GPU per eval worker)")
-        if self.num_workers < 1 or self.deadline_margin_s < 0 or self.worker_start_timeout_s <= 0:
-            raise ConfigError("reward.num_workers must be >= 1, reward.deadline_margin_s >= 0 and "
-                              "reward.worker_start_timeout_s > 0")
-        if self.evaluators_per_worker < 1:
-            raise ConfigError(f"reward.evaluators_per_worker={self.evaluators_per_worker}: set it >= 1")
+        if self.gpus_per_eval_actor not in (0, 1):
+            raise ConfigError("reward.gpus_per_eval_actor must be 0 (interpreter on CPU) or 1 (one GPU per eval actor)")
+        if self.eval_actors < 1 or self.deadline_margin_s < 0 or self.actor_start_timeout_s <= 0:
+            raise ConfigError("reward.eval_actors must be >= 1, reward.deadline_margin_s >= 0 and "
+                              "reward.actor_start_timeout_s > 0")
+        if self.evaluators_per_actor < 1:
+            raise ConfigError(f"reward.evaluators_per_actor={self.evaluators_per_actor}: set it >= 1")
         self.eval.require_reward_grade("reward.eval")
 
 

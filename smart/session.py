@@ -67,7 +67,7 @@ def rl_session(cfg: RLConfig) -> Iterator[RLSession]:
         if actor and rollout:
             sync_weights(actor, rollout)  # engines start from the trainer's (possibly resumed) weights
         if rollout:
-            progress("rl", f"{cfg.cluster.rollout_num_engines} rollout engine(s) ready and {cfg.reward.num_workers} "
+            progress("rl", f"{cfg.cluster.rollout_num_engines} rollout engine(s) ready and {cfg.reward.eval_actors} "
                      f"evaluator worker(s) starting; step 1 of {cfg.num_steps} generates, evaluates and trains")
         yield RLSession(out, state["next_step"], actor, rollout, filter_fn, tracker)
         if actor and cfg.export_hf:
@@ -86,9 +86,9 @@ def rl_session(cfg: RLConfig) -> Iterator[RLSession]:
 
 def placement_request(cfg: RLConfig) -> tuple[bool, bool, int]:
     """make_placement's (need_actor, need_rollout, reward_gpu_workers) for this run: engines that are
-    servers elsewhere (SGLang) take no bundle, and eval workers reserve GPUs only when they use one."""
+    servers elsewhere (SGLang) take no bundle, and eval actors reserve GPUs only when they use one."""
     need_actor, need_rollout = cfg.mode != "rollout_only", cfg.mode != "train_only"
-    gpu_eval = cfg.reward.num_workers if cfg.reward.num_gpus_per_worker and need_rollout else 0
+    gpu_eval = cfg.reward.eval_actors if cfg.reward.gpus_per_eval_actor and need_rollout else 0
     return need_actor, need_rollout and engine_kind(cfg.rollout.engine).needs_slots, gpu_eval
 
 

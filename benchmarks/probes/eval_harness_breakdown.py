@@ -48,7 +48,8 @@ def underfull_s(rows: list[dict], evaluators: int) -> float:
 
 
 def breakdown(result: dict) -> dict:
-    evaluators = result["summary"]["workers_per_device"]
+    summary = result["summary"]  # results written before the rename say workers_per_device
+    evaluators = summary.get("evaluators_per_device", summary.get("workers_per_device"))
     out = {}
     for name in sorted({k for p in result["problems"] for k in p if k.startswith("pass")}):
         rows = [p[name] for p in result["problems"] if name in p and p[name].get("gate_s", {}).get("memory")]

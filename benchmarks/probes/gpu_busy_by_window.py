@@ -1,6 +1,6 @@
 """Where the GPU was busy, by device-gate window, from an eval_harness.py result (one Evaluator).
 
-    python benchmarks/eval_harness.py --device cuda --workers-per-device 1 --out runs/probes/eval_1w.json
+    python benchmarks/eval_harness.py --device cuda --evaluators-per-device 1 --out runs/probes/eval_1w.json
     python benchmarks/probes/gpu_busy_by_window.py runs/probes/eval_1w.json
 
 eval_harness.py samples nvidia-smi's utilization.gpu (the share of time any kernel ran) every 100 ms
@@ -43,16 +43,17 @@ def attribute(result: dict, pass_index: int = 0) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("result", help="an eval_harness.py JSON written with --workers-per-device 1")
+    parser.add_argument("result", help="an eval_harness.py JSON written with --evaluators-per-device 1")
     parser.add_argument("--pass-index", type=int, default=0, help="which pass (0: the first)")
     args = parser.parse_args()
     try:
         result = json.loads(Path(args.result).read_text())
-        workers = result["summary"]["workers_per_device"]
+        summary = result["summary"]  # results written before the rename say workers_per_device
+        workers = summary.get("evaluators_per_device", summary.get("workers_per_device"))
     except (OSError, ValueError, KeyError, TypeError) as e:
         parser.error(f"{args.result} is not an eval_harness.py result ({type(e).__name__}: {e})")
     if workers != 1:
-        parser.error("the windows of several Evaluators overlap: run eval_harness.py with --workers-per-device 1")
+        parser.error("the windows of several Evaluators overlap: run eval_harness.py with --evaluators-per-device 1")
     if not result.get("gpu_samples"):
         parser.error("no GPU samples in this result: it ran without nvidia-smi (or before eval_harness.py took them)")
     table = attribute(result, args.pass_index)

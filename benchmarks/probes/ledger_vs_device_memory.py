@@ -1,7 +1,7 @@
 """What the device gate's ledger counts against what the GPU really holds, sampled while a command runs.
 
     python benchmarks/probes/ledger_vs_device_memory.py --out runs/probes/ledger_gap.json -- \
-        python benchmarks/eval_harness.py --device cuda --workers-per-device 8
+        python benchmarks/eval_harness.py --device cuda --evaluators-per-device 8
 
 Every --interval seconds: the GPU's used memory (nvidia-smi) and the ledger's held, standing and early
 bytes (gate.DeviceGate.reserved). A positive gap is memory that no reservation accounts for (judges preparing

@@ -90,19 +90,19 @@ def cli_main(command: str, body: Callable[[], int]) -> int:
         return 130
 
 
-def resolve_devices(device: str, num_gpus: int = 0, cpu_workers: int = 1, workers_per_gpu: int = 1) -> list[str]:
+def resolve_devices(device: str, num_gpus: int = 0, cpu_evaluators: int = 1, evaluators_per_gpu: int = 1) -> list[str]:
     """One entry per evaluator to start. `auto` -> every local GPU (or the CPU); `cuda` -> the first
-    num_gpus GPUs (0 = all); `cuda:N` -> one. Each GPU appears `workers_per_gpu` times: its evaluators
+    num_gpus GPUs (0 = all); `cuda:N` -> one. Each GPU appears `evaluators_per_gpu` times: its evaluators
     overlap compile and correctness and time one at a time (kbencheval/eval/sharing/gate.py)."""
-    if workers_per_gpu < 1:
-        raise ConfigError(f"workers_per_gpu={workers_per_gpu}: set workers_per_gpu >= 1")
-    return [d for d in _resolve_devices(device, num_gpus, cpu_workers)
-            for _ in range(1 if d == "cpu" else workers_per_gpu)]
+    if evaluators_per_gpu < 1:
+        raise ConfigError(f"evaluators_per_gpu={evaluators_per_gpu}: set evaluators_per_gpu >= 1")
+    return [d for d in _resolve_devices(device, num_gpus, cpu_evaluators)
+            for _ in range(1 if d == "cpu" else evaluators_per_gpu)]
 
 
-def _resolve_devices(device: str, num_gpus: int, cpu_workers: int) -> list[str]:
+def _resolve_devices(device: str, num_gpus: int, cpu_evaluators: int) -> list[str]:
     if device == "cpu":
-        return ["cpu"] * max(1, cpu_workers)
+        return ["cpu"] * max(1, cpu_evaluators)
     import torch  # only here: `kbench report` and `--help` stay light
 
     from kbencheval.eval.config import check_device
@@ -110,7 +110,7 @@ def _resolve_devices(device: str, num_gpus: int, cpu_workers: int) -> list[str]:
     count = torch.cuda.device_count()
     if device == "auto":
         if not count:
-            return ["cpu"] * max(1, cpu_workers)
+            return ["cpu"] * max(1, cpu_evaluators)
         device = "cuda"
     if not (device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
         raise ConfigError(f"device={device!r} is not one of auto, cpu, cuda, cuda:N")

@@ -3,7 +3,7 @@ speak one vocabulary.
 
     DatasetConfig   dataset_src, dataset_path, level            (KernelBench's flat keys)
     ClientConfig    server_type, model_name, base_url, api_key_env, temperature, top_p, max_tokens, seed
-    EvaluatorPoolConfig device, num_gpus, cpu_workers, workers_per_gpu, placement, ray_address (where evaluators run)
+    EvaluatorPoolConfig device, num_gpus, cpu_evaluators, evaluators_per_gpu, placement, ray_address (where evaluators run)
     eval: EvalConfig  the evaluator's full config, nested:      eval.timing_mode=cuda_graph eval.sandbox=bwrap
 
 The flat keys stay top-level (KernelBench users type `level=1 server_type=openai`); evaluator keys
@@ -43,22 +43,23 @@ class EvaluatorPoolConfig:
     """auto (every GPU, else the CPU interpreter) | cpu | cuda | cuda:N: where the evaluators run."""
     num_gpus: int = 0
     """With device=cuda/auto: how many GPUs to use; 0 = all visible."""
-    cpu_workers: int = 1
+    cpu_evaluators: int = 1
     """With the CPU: evaluators running side by side."""
-    workers_per_gpu: int = 1
+    evaluators_per_gpu: int = 1
     """Evaluators per GPU: compile and correctness overlap, timing stays one at a time (the device
     gate). 1 keeps other candidates' GPU work out of a timing entirely; see docs/evaluator.md."""
 
+    RENAMED = {"cpu_workers": "cpu_evaluators", "workers_per_gpu": "evaluators_per_gpu"}
     placement: str = "local"
     """local (threads of this process, on this machine's devices) | ray (Ray actors on any node of the
-    cluster at ray_address: device=cpu puts cpu_workers actors, device=cuda one per GPU x workers_per_gpu)."""
+    cluster at ray_address: device=cpu puts cpu_evaluators actors, device=cuda one per GPU x evaluators_per_gpu)."""
     ray_address: str = ""
     """placement=ray: the cluster to join ("auto", "HOST:6379"); empty starts a Ray on this machine."""
 
     def validate(self) -> None:
-        if self.num_gpus < 0 or self.cpu_workers < 1 or self.workers_per_gpu < 1:
-            raise ConfigError(f"num_gpus={self.num_gpus}, cpu_workers={self.cpu_workers}, workers_per_gpu="
-                              f"{self.workers_per_gpu}: set num_gpus >= 0, cpu_workers >= 1, workers_per_gpu >= 1")
+        if self.num_gpus < 0 or self.cpu_evaluators < 1 or self.evaluators_per_gpu < 1:
+            raise ConfigError(f"num_gpus={self.num_gpus}, cpu_evaluators={self.cpu_evaluators}, evaluators_per_gpu="
+                              f"{self.evaluators_per_gpu}: set num_gpus >= 0, cpu_evaluators >= 1, evaluators_per_gpu >= 1")
         if self.placement not in ("local", "ray"):
             raise ConfigError(f"placement={self.placement!r}: choose local or ray")
         if self.placement == "ray" and self.device not in ("cpu", "cuda"):
@@ -69,7 +70,7 @@ class EvaluatorPoolConfig:
         """One entry per local evaluator to start (kbencheval.bench.common.resolve_devices)."""
         from kbencheval.bench.common import resolve_devices
 
-        return resolve_devices(self.device, self.num_gpus, self.cpu_workers, self.workers_per_gpu)
+        return resolve_devices(self.device, self.num_gpus, self.cpu_evaluators, self.evaluators_per_gpu)
 
     def check_placement(self) -> None:
         """Fails now, before any work, on a device this machine cannot use or a Ray cluster that is not there."""
@@ -98,12 +99,12 @@ class EvaluatorPoolConfig:
 
         self._join_ray()
         if self.device == "cpu":
-            return ["cpu"] * self.cpu_workers, [{"num_cpus": 1, "scheduling_strategy": "SPREAD"}] * self.cpu_workers
+            return ["cpu"] * self.cpu_evaluators, [{"num_cpus": 1, "scheduling_strategy": "SPREAD"}] * self.cpu_evaluators
         gpus = self.num_gpus or int(ray.cluster_resources().get("GPU", 0))
         if gpus < 1:
             raise ConfigError("placement=ray device=cuda: the Ray cluster has no GPU; set device=cpu or add GPU nodes")
-        count = gpus * self.workers_per_gpu
-        return ["cuda"] * count, [{"num_gpus": 1 / self.workers_per_gpu, "scheduling_strategy": "SPREAD"}] * count
+        count = gpus * self.evaluators_per_gpu
+        return ["cuda"] * count, [{"num_gpus": 1 / self.evaluators_per_gpu, "scheduling_strategy": "SPREAD"}] * count
 
     def _join_ray(self) -> None:
         """Joins the cluster at ray_address (or starts a Ray here) unless this process already has one."""

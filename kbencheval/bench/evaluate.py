@@ -2,7 +2,7 @@
 
     kbench eval run_name=qwen_l1                     # every visible GPU, else the CPU interpreter
     kbench eval run_name=qwen_l1 device=cuda num_gpus=4 eval.timeout_s=300 eval.timing_mode=cuda_graph
-    kbench eval run_name=tiny device=cpu cpu_workers=2
+    kbench eval run_name=tiny device=cpu cpu_evaluators=2
     kbench eval run_name=qwen_l1 placement=ray ray_address=auto device=cuda    # every GPU of a Ray cluster
 
 An EvaluatorPool (kbencheval.eval.pool) hands the next (problem, sample) to whichever evaluator is free,
@@ -92,7 +92,7 @@ def run_pool(todo: list, prepare, where: EvaluatorPoolConfig, eval_cfg: EvalConf
     A prepare failure or a worker that crashed under a candidate is not a verdict: it goes to
     stats["harness_errors"] and a rerun retries it. Ctrl-C stops the run; everything written is kept.
     """
-    from kbencheval.eval.pool.core import WORKER_CRASHED
+    from kbencheval.eval.pool.core import HOST_CRASHED
 
     jobs: list[EvalJob] = []
     for item in todo:
@@ -105,7 +105,7 @@ def run_pool(todo: list, prepare, where: EvaluatorPoolConfig, eval_cfg: EvalConf
         progress.advance(task, len(todo) - len(jobs))
 
         def record(job: EvalJob, result: EvalResult) -> None:
-            if result.checks.get("pool") == WORKER_CRASHED:
+            if result.checks.get("pool") == HOST_CRASHED:
                 stats["harness_errors"].append(f"{job.name}: {result.error}")
             else:
                 log.append({**job.keys, **result.to_dict()})

@@ -19,7 +19,6 @@ all three are read. Import copies the kernels into an ordinary run (manifest, ge
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import sys
 from pathlib import Path

@@ -2,7 +2,7 @@
 
     kbench corpus verify source=kernelbook path=GPUMODE/KernelBook out=corpus/kernelbook device=cuda
     kbench corpus verify source=sakana path=/data/sakana split=level_1 out=corpus/sakana_l1 limit=500
-    kbench corpus verify source=kernelbook path=/data/kb out=/tmp/kb device=cpu cpu_workers=2 eval.trials=3
+    kbench corpus verify source=kernelbook path=/data/kb out=/tmp/kb device=cpu cpu_evaluators=2 eval.trials=3
 
 Writes OUT/records.jsonl (the loaded records), OUT/verdicts.jsonl (one EvalResult per record, keyed
 by record id; the same append-only, kill-safe log `kbench eval` uses, so a rerun evaluates only

@@ -1,6 +1,6 @@
 """Synthetic KernelBench problems with verified Triton solutions, split by operator pairs.
 
-    kbench synth --out runs/synth --n 2000 --seed 0 --verify --device cpu --workers 2
+    kbench synth --out runs/synth --n 2000 --seed 0 --verify --device cpu --evaluators 2
 
 Each problem is an elementwise expression tree over one to three inputs (arithmetic, activations,
 clamps, constants), optionally followed by a row reduction, softmax or norm; its solutions are

@@ -1,7 +1,7 @@
 """Generate synthetic problems, split them by operator pairs, verify them, and write them to disk.
 
     problems = generate(SynthConfig(n=1000, seed=0))        # fast: no code runs
-    kept, dropped = verify(problems, device="cpu", workers=2)  # the real evaluator, every variant
+    kept, dropped = verify(problems, device="cpu", evaluators=2)  # the real evaluator, every variant
     write(kept, "runs/synth", cfg, dropped)
 
 Splits: train (SFT and RL draw from it); test (new problems from the train distribution, never
@@ -200,7 +200,7 @@ def static_filter(problems: list[SynthProblem]) -> tuple[list[SynthProblem], col
     return kept, dropped
 
 
-def verify(problems: list[SynthProblem], *, device: str = "cpu", workers: int = 1, trials: int = 2,
+def verify(problems: list[SynthProblem], *, device: str = "cpu", evaluators: int = 1, trials: int = 2,
            timeout_s: float = 120.0, timing: bool = False) -> tuple[list[SynthProblem], collections.Counter]:
     """Evaluate every variant with the real evaluator (its own sandbox, judge and checks); keep the
     variants judged correct and the problems with at least one. Returns (kept, drop reasons).
@@ -218,7 +218,7 @@ def verify(problems: list[SynthProblem], *, device: str = "cpu", workers: int = 
                        f"```python\n{p.variants[v]}```") for p, v in jobs]
         # every variant is its own candidate, so nothing is deduplicated
         with progress_bar(len(jobs), "verify variants") as advance, \
-                EvaluatorPool(cfg, [device] * max(1, min(workers, len(jobs))), dedupe=False) as pool:
+                EvaluatorPool(cfg, [device] * max(1, min(evaluators, len(jobs))), dedupe=False) as pool:
             for (p, v), result in zip(jobs, pool.evaluate(candidates, on_result=lambda i, r: advance())):
                 verdicts[(p.problem_id, v)] = result
     out = []

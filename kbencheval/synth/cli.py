@@ -1,7 +1,7 @@
 """`kbench synth`: generate synthetic problems + solutions into a folder, optionally verified.
 
     kbench synth --out runs/synth --n 2000 --seed 0                       # static checks only
-    kbench synth --out runs/synth --n 200 --verify --device cpu --workers 2  # + the real evaluator
+    kbench synth --out runs/synth --n 200 --verify --device cpu --evaluators 2  # + the real evaluator
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="kbench synth", description="generate synthetic KernelBench problems with "
                                  "Triton solution variants, split train/held-out by operator pairs",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                 epilog="example: kbench synth --out runs/synth --n 200 --verify --device cpu --workers 2")
+                                 epilog="example: kbench synth --out runs/synth --n 200 --verify --device cpu --evaluators 2")
     ap.add_argument("--out", required=True, help="output folder (train/, heldout/, manifest.json, sft_train.jsonl)")
     ap.add_argument("--n", type=int, default=200, help="problems to generate, both splits together")
     ap.add_argument("--seed", type=int, default=0)
@@ -43,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="ssa: one statement per operator; inline: one nested expression shaped like PyTorch's")
     ap.add_argument("--verify", action="store_true", help="run every solution variant through the evaluator")
     ap.add_argument("--device", default="cpu", help="evaluator device for --verify: cpu (interpreter) or cuda[:N]")
-    ap.add_argument("--workers", type=int, default=1, help="evaluators run side by side for --verify")
+    ap.add_argument("--evaluators", type=int, default=1, help="evaluators run side by side for --verify")
+    ap.add_argument("--workers", type=int, help=argparse.SUPPRESS)  # renamed: a clear error below
     ap.add_argument("--trials", type=int, default=2, help="correctness trials per variant for --verify")
     ap.add_argument("--timing", action="store_true", help="with --verify on a GPU: time every variant too")
     return ap
@@ -62,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
                           max_variants=args.max_variants, solution_style=args.solution_style)
         if args.timing and not (args.verify and args.device.startswith("cuda")):
             raise ConfigError("--timing needs --verify --device cuda (the interpreter's timings mean nothing)")
-        if args.workers < 1:
-            raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+        if args.workers is not None:
+            raise ConfigError("--workers was renamed --evaluators (a 'worker' is only a candidate's process now)")
+        if args.evaluators < 1:
+            raise ConfigError(f"--evaluators must be >= 1, got {args.evaluators}")
         out = Path(args.out)
         if (out / "manifest.json").exists():
             raise ConfigError(f"{out} already holds a synth run (manifest.json); pass a new --out or delete it")
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"generated {len(problems)} problems in {stats['generate_seconds']:.2f} s "
               f"({stats['problems_per_minute']:,} problems/min)")
         if args.verify:
-            kept, dropped = verify(problems, device=args.device, workers=args.workers, trials=args.trials,
+            kept, dropped = verify(problems, device=args.device, evaluators=args.evaluators, trials=args.trials,
                                    timing=args.timing)
         else:
             kept, dropped = static_filter(problems)

@@ -1,7 +1,7 @@
 """Placement groups for the training workers and the rollout engines.
 
-colocate=true : one bundle per training worker; engine i (and GPU eval worker i) share bundle i.
-colocate=false: training bundles first, then one bundle per engine, then one per GPU eval worker.
+colocate=true : one bundle per training worker; engine i (and GPU eval actor i) share bundle i.
+colocate=false: training bundles first, then one bundle per engine, then one per GPU eval actor.
 With num_gpus_per_worker=0 the bundles hold only a CPU share, so the same layout runs on a laptop.
 """
 
@@ -35,7 +35,7 @@ class Placement:
     pg: PlacementGroup
     actor: list[Slot]
     rollout: list[Slot]
-    reward: list[Slot]  # empty when evaluation runs on CPU (eval workers then need no reservation)
+    reward: list[Slot]  # empty when evaluation runs on CPU (eval actors then need no reservation)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +46,7 @@ class BundlePlan:
     n_bundles: int
     actor: list[int]  # bundle of training rank i
     rollout: list[int]  # bundle of engine i
-    reward: list[int]  # bundle of GPU eval worker i
+    reward: list[int]  # bundle of GPU eval actor i
     share: float  # each tenant's fraction of its bundle (colocated roles split a bundle evenly)
 
 
@@ -69,7 +69,7 @@ def plan_bundles(cfg: ClusterConfig, need_actor: bool = True, need_rollout: bool
         reward_bundles = list(range(n_actor + n_rollout, n_bundles))
         share = 1.0
     if n_bundles == 0:
-        raise ConfigError("nothing to place: the run needs a trainer, engines or GPU eval workers")
+        raise ConfigError("nothing to place: the run needs a trainer, engines or GPU eval actors")
     bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
     return BundlePlan(bundle, n_bundles, list(range(n_actor)), rollout_bundles, reward_bundles, share)
 

@@ -74,7 +74,7 @@ def test_cuda_device_without_gpu_names_the_fix():
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    assert resolve_devices("auto", cpu_workers=2) == ["cpu", "cpu"]
+    assert resolve_devices("auto", cpu_evaluators=2) == ["cpu", "cpu"]
     with pytest.raises(ConfigError, match="device=cpu"):
         resolve_devices("cuda")
 
@@ -84,11 +84,11 @@ def test_workers_per_gpu_repeats_each_gpu(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert resolve_devices("cuda", workers_per_gpu=2) == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]
-    assert resolve_devices("cuda:1", workers_per_gpu=3) == ["cuda:1"] * 3
-    assert resolve_devices("cpu", cpu_workers=2, workers_per_gpu=4) == ["cpu", "cpu"]  # CPU: cpu_workers decides
-    with pytest.raises(ConfigError, match="workers_per_gpu >= 1"):
-        resolve_devices("cuda", workers_per_gpu=0)
+    assert resolve_devices("cuda", evaluators_per_gpu=2) == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]
+    assert resolve_devices("cuda:1", evaluators_per_gpu=3) == ["cuda:1"] * 3
+    assert resolve_devices("cpu", cpu_evaluators=2, evaluators_per_gpu=4) == ["cpu", "cpu"]  # CPU: cpu_evaluators decides
+    with pytest.raises(ConfigError, match="evaluators_per_gpu >= 1"):
+        resolve_devices("cuda", evaluators_per_gpu=0)
 
 
 def test_report_has_a_per_problem_table_on_the_terminal_and_in_the_html(tmp_path, capsys):

@@ -139,7 +139,7 @@ def test_verify_keeps_correct_variants_and_drops_a_broken_one():
     target.variants[broken] = target.variants[broken].replace(".to(out_ptr.dtype.element_ty)",
                                                               ".to(out_ptr.dtype.element_ty) + 1")
     n_before = sum(len(p.variants) for p in problems)
-    kept, dropped = verify(problems, device="cpu", workers=2, trials=1)
+    kept, dropped = verify(problems, device="cpu", evaluators=2, trials=1)
     assert len(kept) == 2
     assert broken not in kept[0].variants and sum(len(p.variants) for p in kept) == n_before - 1
     assert sum(dropped.values()) == 1 and next(iter(dropped)).startswith("incorrect")
@@ -162,7 +162,7 @@ def test_inline_style_mirrors_the_pytorch_expression_and_passes_the_evaluator():
         assert "torch." not in triton_expr
     sources = [src for p in problems for src in p.variants.values()]
     assert all(any(f"def _{op}(" in src for src in sources) for op in INLINE_HELPERS)
-    kept, dropped = verify(problems, device="cpu", workers=2, trials=1)
+    kept, dropped = verify(problems, device="cpu", evaluators=2, trials=1)
     assert not dropped and len(kept) == len(problems)
 
 
@@ -192,7 +192,7 @@ def test_cli_help_and_refuses_to_overwrite(tmp_path):
 def test_verify_on_the_gpu_keeps_every_variant_and_times_them():
     problems = generate(SynthConfig(n=10, seed=11))
     n_variants = sum(len(p.variants) for p in problems)
-    kept, dropped = verify(problems, device="cuda", workers=1, trials=2, timing=True)
+    kept, dropped = verify(problems, device="cuda", evaluators=1, trials=2, timing=True)
     assert not dropped, dropped
     assert sum(len(p.variants) for p in kept) == n_variants
     assert all(set(p.speedups) == set(p.variants) for p in kept)

@@ -54,7 +54,7 @@ def test_kbench_eval_spreads_a_run_over_both_nodes(two_nodes, tmp_path):
     subprocess.run([*kbench, "kernelbench", "import", str(kb_run), f"runs_dir={runs}", "dataset_src=bundled",
                     "evaluate=false"], check=True, env=env, timeout=120)
     done = subprocess.run([*kbench, "eval", "run_name=kb_tiny_rejudged", f"runs_dir={runs}", "placement=ray",
-                           f"ray_address={two_nodes.address}", "device=cpu", "cpu_workers=2", "eval.trials=1"],
+                           f"ray_address={two_nodes.address}", "device=cpu", "cpu_evaluators=2", "eval.trials=1"],
                           env=env, timeout=600, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     records = read_results(runs / "kb_tiny_rejudged" / "results.jsonl")[0].values()
@@ -80,7 +80,7 @@ def test_the_reward_pool_judges_on_both_nodes(two_nodes):
     [problem] = [p for p in load_problems("bundled", 1) if p.problem_id == 1]
     right = f"```python\n{problem.solution_source}\n```"
     wrong = right.replace("tl.maximum", "tl.minimum")
-    pool = reward_pool(RewardConfig(num_workers=2, eval=EvalConfig(device="cpu", trials=1, timeout_s=120)),
+    pool = reward_pool(RewardConfig(eval_actors=2, eval=EvalConfig(device="cpu", trials=1, timeout_s=120)),
                        slots=[OnNode(n) for n in nodes])
     try:
         results = pool.evaluate([(problem, right), (problem, wrong), (problem, right)], backend="triton")

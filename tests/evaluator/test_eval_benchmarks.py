@@ -66,7 +66,7 @@ def test_breakdown_means_the_parts_and_counts_the_ramp_and_tail():
                 "gate_s": {"memory": {"wait_s": ready + 0.5, "held_s": 1.0, "ready_after_s": ready}},
                 "worker_start_s": None}
 
-    result = {"summary": {"workers_per_device": 2},
+    result = {"summary": {"evaluators_per_device": 2},
               "problems": [{"pass1": row([0, 2], 2.0, 0.3)}, {"pass1": row([0, 3], 3.0, 0.6)},
                            {"pass1": row([2, 4], 2.0, 0.9)}]}
     got = eval_harness_breakdown.breakdown(result)["pass1"]

@@ -13,8 +13,8 @@ import pytest
 from kbencheval.dataset import load_problems
 from kbencheval.eval import EvalConfig, EvalResult, Status
 from kbencheval.eval.pool import EvaluatorPool, PoolError
-from kbencheval.eval.pool.core import WORKER_CRASHED
-from kbencheval.eval.pool.workers import LocalWorker
+from kbencheval.eval.pool.core import HOST_CRASHED
+from kbencheval.eval.pool.hosts import LocalHost
 from kbencheval.dataset import Problem
 
 PROBLEM = Problem(level=1, problem_id=1, name="ReLU", source="")
@@ -48,18 +48,18 @@ def fake_start(cfg, count):
 
 
 def local_fakes(start=fake_start, lanes=1):
-    return lambda i, cfg: LocalWorker(cfg, lanes, start=start)
+    return lambda i, cfg: LocalHost(cfg, lanes, start=start)
 
 
 def test_a_hung_and_a_crashed_worker_cost_only_their_own_candidate():
     pool = EvaluatorPool(EvalConfig(device="cpu", timeout_s=1.0), ["cpu", "cpu"], deadline_margin_s=0.5,
-                         make_worker=local_fakes())
+                         make_host=local_fakes())
     closed_before = FakeEvaluator.closed
     t0 = time.monotonic()
     results = pool.evaluate([(PROBLEM, t) for t in ["ok", "hang", "ok", "harness_fails", "ok"]])
     assert [r.status.value for r in results] == ["correct", "timeout", "correct", "runtime_error", "correct"]
     assert "eval.timeout_s + deadline_margin_s = 1.5s" in results[1].error and results[1].checks["pool"] == "deadline"
-    assert results[3].checks["pool"] == WORKER_CRASHED and "fork server died twice" in results[3].error
+    assert results[3].checks["pool"] == HOST_CRASHED and "fork server died twice" in results[3].error
     assert pool.replaced == 2 and time.monotonic() - t0 < 20
     assert FakeEvaluator.closed >= closed_before + 1  # the hung lane's evaluator was closed, which freed it
     assert [r.status.value for r in pool.evaluate([(PROBLEM, "ok")] * 3)] == ["correct"] * 3  # replacements serve
@@ -70,22 +70,23 @@ def test_a_worker_that_cannot_start_stops_the_call_with_its_cause():
     def broken(cfg, count):
         raise RuntimeError("no CUDA device")
 
-    pool = EvaluatorPool(EvalConfig(device="cpu"), ["cpu"], make_worker=local_fakes(broken), keys="reward.")
-    with pytest.raises(PoolError, match=r"eval worker 0 \(cpu\) failed to start: RuntimeError: no CUDA device"):
+    pool = EvaluatorPool(EvalConfig(device="cpu"), ["cpu"], make_host=local_fakes(broken),
+                         start_timeout_key="reward.actor_start_timeout_s")
+    with pytest.raises(PoolError, match=r"evaluator host 0 \(cpu\) failed to start: RuntimeError: no CUDA device"):
         pool.evaluate([(PROBLEM, "ok")])
 
     def slow(cfg, count):
         time.sleep(5)
         return fake_start(cfg, count)
 
-    pool = EvaluatorPool(EvalConfig(device="cpu"), ["cpu"], worker_start_timeout_s=0.5, make_worker=local_fakes(slow),
-                         keys="reward.")
-    with pytest.raises(PoolError, match=r"did not start within reward.worker_start_timeout_s = 0.5s"):
+    pool = EvaluatorPool(EvalConfig(device="cpu"), ["cpu"], host_start_timeout_s=0.5, make_host=local_fakes(slow),
+                         start_timeout_key="reward.actor_start_timeout_s")
+    with pytest.raises(PoolError, match=r"did not start within reward.actor_start_timeout_s = 0.5s"):
         pool.evaluate([(PROBLEM, "ok")])
 
 
 def test_verdicts_stream_in_arrival_order_and_return_in_job_order_and_copies_are_copies():
-    pool = EvaluatorPool(EvalConfig(device="cpu"), ["cpu"], evaluators_per_worker=2, make_worker=local_fakes(lanes=2))
+    pool = EvaluatorPool(EvalConfig(device="cpu"), ["cpu"], evaluators_per_host=2, make_host=local_fakes(lanes=2))
     other = Problem(level=1, problem_id=2, name="Tanh", source="")
     code = "```python\nclass ModelNew: pass\n```"
     heard = []
@@ -99,7 +100,7 @@ def test_verdicts_stream_in_arrival_order_and_return_in_job_order_and_copies_are
 
 
 def test_without_dedupe_every_sample_is_judged():
-    pool = EvaluatorPool(EvalConfig(device="cpu"), ["cpu"], dedupe=False, make_worker=local_fakes())
+    pool = EvaluatorPool(EvalConfig(device="cpu"), ["cpu"], dedupe=False, make_host=local_fakes())
     code = "```python\nclass ModelNew: pass\n```"
     pool.evaluate([(PROBLEM, code)] * 3)
     assert pool.deduplicated == 0

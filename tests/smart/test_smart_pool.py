@@ -78,7 +78,7 @@ class BrokenStartWorker:
 def test_a_candidates_deadline_starts_when_its_worker_has_started(local_ray):
     """A real worker's Evaluators take seconds to start; a candidate waiting on that start is not late."""
     problem = Problem(level=1, problem_id=1, name="ReLU", source="")
-    pool = reward_pool(RewardConfig(num_workers=1, eval=EvalConfig(timeout_s=3.0), deadline_margin_s=0.0),
+    pool = reward_pool(RewardConfig(eval_actors=1, eval=EvalConfig(timeout_s=3.0), deadline_margin_s=0.0),
                     actor_cls=SlowStartWorker)  # starts in 3 s; each candidate's deadline is 3 s
     results = pool.evaluate([(problem, "ok")] * 2, backend="triton")
     assert [r.status.value for r in results] == ["correct"] * 2 and pool.replaced == 0
@@ -86,24 +86,24 @@ def test_a_candidates_deadline_starts_when_its_worker_has_started(local_ray):
 
 
 @pytest.mark.parametrize("worker_cls, limit_s, error", [
-    (BrokenStartWorker, 60.0, r"eval worker 0 \(cpu\) failed to start: .*no CUDA device"),
-    (SlowStartWorker, 2.0, r"eval worker 0 \(cpu\) did not start within reward.worker_start_timeout_s = 2s"),
+    (BrokenStartWorker, 60.0, r"evaluator host 0 \(cpu\) failed to start: .*no CUDA device"),
+    (SlowStartWorker, 2.0, r"evaluator host 0 \(cpu\) did not start within reward.actor_start_timeout_s = 2s"),
 ])
-def test_a_worker_that_cannot_start_stops_the_step_with_its_cause(local_ray, worker_cls, limit_s, error):
+def test_an_actor_that_cannot_start_stops_the_step_with_its_cause(local_ray, worker_cls, limit_s, error):
     problem = Problem(level=1, problem_id=1, name="ReLU", source="")
-    pool = reward_pool(RewardConfig(num_workers=1, eval=EvalConfig(timeout_s=30.0), worker_start_timeout_s=limit_s),
+    pool = reward_pool(RewardConfig(eval_actors=1, eval=EvalConfig(timeout_s=30.0), actor_start_timeout_s=limit_s),
                     actor_cls=worker_cls)
     t0 = time.monotonic()
     with pytest.raises(PoolError, match=error):
         pool.evaluate([(problem, "ok")], backend="triton")
     assert time.monotonic() - t0 < limit_s + 10  # not the whole 30 s start
-    for worker in pool.workers:
-        worker.abandon()
+    for host in pool.hosts:
+        host.abandon()
 
 
 def test_hung_and_crashed_candidates_cost_only_their_own_reward(local_ray):
     problem = Problem(level=1, problem_id=1, name="ReLU", source="")
-    pool = reward_pool(RewardConfig(num_workers=2, eval=EvalConfig(timeout_s=2.0), deadline_margin_s=1.5), actor_cls=FakeWorker)
+    pool = reward_pool(RewardConfig(eval_actors=2, eval=EvalConfig(timeout_s=2.0), deadline_margin_s=1.5), actor_cls=FakeWorker)
     t0 = time.monotonic()
     results = pool.evaluate([(problem, t) for t in ["ok", "hang", "ok", "crash", "ok"]], backend="triton")
     elapsed = time.monotonic() - t0
@@ -118,7 +118,7 @@ def test_hung_and_crashed_candidates_cost_only_their_own_reward(local_ray):
 
 def test_the_problems_slowest_so_far_start_first(local_ray):
     quick, slow = (Problem(level=1, problem_id=i, name=n, source="") for i, n in ((1, "Quick"), (2, "Slow")))
-    pool = reward_pool(RewardConfig(num_workers=1, eval=EvalConfig(timeout_s=30.0)), actor_cls=FakeWorker)
+    pool = reward_pool(RewardConfig(eval_actors=1, eval=EvalConfig(timeout_s=30.0)), actor_cls=FakeWorker)
     pool.evaluate([(Problem(level=1, problem_id=3, name="Warm", source=""), "ok")], backend="triton")  # the actor's start
     jobs = [(quick, "nap:0.05"), (slow, "nap:0.6")]
     first = pool.evaluate(jobs, backend="triton")  # nothing known yet: the order given
@@ -146,7 +146,7 @@ class CountingWorker:
 
 def test_the_same_code_for_the_same_problem_is_judged_once(local_ray):
     relu, tanh = (Problem(level=1, problem_id=i, name=n, source="") for i, n in ((1, "ReLU"), (2, "Tanh")))
-    pool = reward_pool(RewardConfig(num_workers=1, eval=EvalConfig(timeout_s=30.0)), actor_cls=CountingWorker)
+    pool = reward_pool(RewardConfig(eval_actors=1, eval=EvalConfig(timeout_s=30.0)), actor_cls=CountingWorker)
     code = "```python\nclass ModelNew: pass\n```"
     # the same code in other prose is the same kernel; another problem, other code or no code block is not
     jobs = [(relu, code), (relu, f"Here it is:\n{code}\nDone."), (tanh, code), (relu, code),
@@ -161,7 +161,7 @@ def test_the_same_code_for_the_same_problem_is_judged_once(local_ray):
 
 def test_pool_reports_harness_restarts(local_ray):
     problem = Problem(level=1, problem_id=1, name="ReLU", source="")
-    pool = reward_pool(RewardConfig(num_workers=1, eval=EvalConfig(timeout_s=30.0)), actor_cls=FakeWorker)
+    pool = reward_pool(RewardConfig(eval_actors=1, eval=EvalConfig(timeout_s=30.0)), actor_cls=FakeWorker)
     assert pool.metrics()["eval/harness_restarts"] == 0
     pool.evaluate([(problem, "restarted"), (problem, "restarted")], backend="triton")  # cumulative counts
     assert pool.metrics() == {"eval/workers_replaced": 0.0, "eval/deduplicated": 1.0, "eval/harness_restarts": 3.0}
@@ -170,7 +170,7 @@ def test_pool_reports_harness_restarts(local_ray):
 
 def test_a_slow_candidate_gets_the_evaluators_clean_timeout(local_ray):
     problem = Problem(level=1, problem_id=1, name="ReLU", source="")
-    pool = reward_pool(RewardConfig(num_workers=1, eval=EvalConfig(timeout_s=1.0), deadline_margin_s=5.0), actor_cls=FakeWorker)
+    pool = reward_pool(RewardConfig(eval_actors=1, eval=EvalConfig(timeout_s=1.0), deadline_margin_s=5.0), actor_cls=FakeWorker)
     [slow, ok] = pool.evaluate([(problem, "slow"), (problem, "ok")], backend="triton")
     assert slow.status.value == "timeout" and slow.error == "evaluator limit 1s"  # the evaluator's verdict
     assert ok.status.value == "correct" and pool.replaced == 0  # and its worker lived on
@@ -179,12 +179,12 @@ def test_a_slow_candidate_gets_the_evaluators_clean_timeout(local_ray):
 
 
 def test_lanes_overlap_candidates_and_a_replaced_worker_reruns_its_bystanders(local_ray, tmp_path):
-    """evaluators_per_worker=2: two candidates run at once on one worker; when one hangs and the worker
+    """evaluators_per_actor=2: two candidates run at once on one actor; when one hangs and the actor
     is replaced, the candidate beside it is not blamed: it runs again and gets its own verdict."""
     problem, other = Problem(level=1, problem_id=1, name="ReLU", source=""), Problem(level=1, problem_id=2, name="Tanh", source="")
     # Deadlines (5 s) far above the 2 s sleeps: on a loaded CI machine the worker's start and dispatch
     # took over a second, and a 2 s deadline on a 1 s sleep timed out.
-    cfg = RewardConfig(num_workers=1, evaluators_per_worker=2, eval=EvalConfig(timeout_s=3.0), deadline_margin_s=2.0)
+    cfg = RewardConfig(eval_actors=1, evaluators_per_actor=2, eval=EvalConfig(timeout_s=3.0), deadline_margin_s=2.0)
     pool = reward_pool(cfg, actor_cls=FakeWorker)
     both = pool.evaluate([(problem, "sleep"), (other, "sleep")], backend="triton")  # two problems: no shared verdict
     assert [r.status.value for r in both] == ["correct"] * 2

@@ -1,11 +1,11 @@
-"""EvaluatorPool: which candidate runs on which worker, and when a worker is given up on.
+"""EvaluatorPool: which candidate runs on which host, and when a host is given up on.
 
 One deadline rule: the per-candidate limit is the evaluator's own (`eval.timeout_s`), and the pool waits
-`eval.timeout_s + deadline_margin_s` for a worker. A slow candidate therefore gets the evaluator's clean
-`timeout` verdict and its worker lives on; only a worker that stops answering altogether (a hang the
+`eval.timeout_s + deadline_margin_s` for a host. A slow candidate therefore gets the evaluator's clean
+`timeout` verdict and its host lives on; only a host that stops answering altogether (a hang the
 evaluator could not cut, a crash) is replaced, its candidate scored `timeout` / `runtime_error`, and the
-rest goes on. A candidate's deadline starts once its worker is up (Evaluators take seconds to start);
-a worker that is not up within `worker_start_timeout_s` stops the call with a PoolError.
+rest goes on. A candidate's deadline starts once its host is up (Evaluators take seconds to start);
+a host that is not up within `host_start_timeout_s` stops the call with a PoolError.
 """
 
 from __future__ import annotations
@@ -18,98 +18,100 @@ import time
 from typing import Callable, Sequence
 
 from kbencheval.eval.config import EvalConfig
-from kbencheval.eval.pool.workers import LocalWorker, RayWorker
+from kbencheval.eval.pool.hosts import LocalHost, RayHost
 from kbencheval.eval.result import EvalResult, Status
 from kbencheval.eval.sharing.schedule import EvalSeconds
 
 PLACEMENTS = ("local", "ray")
-WORKER_CRASHED = "worker_crashed"  # checks["pool"] of a verdict the pool made because its worker failed
+HOST_CRASHED = "host_crashed"  # checks["pool"] of a verdict the pool made because its host failed
 
 
 class PoolError(RuntimeError):
-    """No verdict can be had from this pool: a worker could not start."""
+    """No verdict can be had from this pool: a host could not start."""
 
 
 @dataclasses.dataclass
 class _Running:
     job: int
-    worker: int
+    host: int
     deadline: float
     started: float
 
 
 class EvaluatorPool:
     def __init__(self, cfg: EvalConfig, devices: Sequence[str], *, placement: str = "local",
-                 evaluators_per_worker: int = 1, ray_options: Sequence[dict] | None = None,
-                 deadline_margin_s: float = 60.0, worker_start_timeout_s: float = 600.0,
-                 reward_section: str = "", dedupe: bool = True, make_worker: Callable | None = None,
-                 keys: str = ""):
-        """One worker per entry of `devices` ("cpu", "cuda:1"; under Ray "cuda" is the GPU Ray gives the
-        actor), each with `evaluators_per_worker` Evaluators. `ray_options[i]` places worker i (resources
+                 evaluators_per_host: int = 1, ray_options: Sequence[dict] | None = None,
+                 deadline_margin_s: float = 60.0, host_start_timeout_s: float = 600.0,
+                 reward_section: str = "", dedupe: bool = True, make_host: Callable | None = None,
+                 start_timeout_key: str = "host_start_timeout_s",
+                 deadline_key: str = "eval.timeout_s + deadline_margin_s"):
+        """One host per entry of `devices` ("cpu", "cuda:1"; under Ray "cuda" is the GPU Ray gives the
+        actor), each with `evaluators_per_host` Evaluators. `ray_options[i]` places host i (resources
         or a placement-group slot). `reward_section` (e.g. "reward.eval"): verdicts become rewards, so
         the config must be reward-grade. dedupe: the same code for the same problem is judged once per
-        call. `make_worker(i, cfg)` replaces the placement's worker (tests). `keys`: where the caller's
-        config keeps these settings ("reward."), so an error names the key to change."""
+        call. `make_host(i, cfg)` replaces the placement's host (tests). `start_timeout_key`,
+        `deadline_key`: the caller's names for those limits, so that an error names the key to change."""
         if placement not in PLACEMENTS:
             raise ValueError(f"placement={placement!r}: choose local or ray")
         if not devices:
             raise ValueError("an EvaluatorPool needs at least one device")
         if reward_section:
             cfg.require_reward_grade(reward_section)
-        self.cfg, self.devices, self.placement = _sized(cfg, list(devices), placement, evaluators_per_worker), list(devices), placement
-        self.lanes, self.ray_options = evaluators_per_worker, list(ray_options or [])
-        self.deadline_margin_s, self.worker_start_timeout_s = deadline_margin_s, worker_start_timeout_s
-        self.reward_section, self.dedupe, self._make_worker, self.keys = reward_section, dedupe, make_worker, keys
-        self.replaced = 0  # workers given up on (a deadline or a crash), over the pool's life
+        self.cfg, self.devices, self.placement = _sized(cfg, list(devices), placement, evaluators_per_host), list(devices), placement
+        self.lanes, self.ray_options = evaluators_per_host, list(ray_options or [])
+        self.deadline_margin_s, self.host_start_timeout_s = deadline_margin_s, host_start_timeout_s
+        self.reward_section, self.dedupe, self._make_host = reward_section, dedupe, make_host
+        self.start_timeout_key, self.deadline_key = start_timeout_key, deadline_key
+        self.replaced = 0  # hosts given up on (a deadline or a crash), over the pool's life
         self.deduplicated = 0  # jobs that shared the verdict of the same code on the same problem
-        self._restarts = [0] * len(self.devices)  # fork server + judge restarts in each worker's Evaluators
+        self._restarts = [0] * len(self.devices)  # fork server + judge restarts in each host's Evaluators
         self._retired_restarts = 0
         self.eval_seconds = EvalSeconds()  # per problem, over the pool's life: the longest start first
-        self._started_at: dict[int, float] = {}  # worker index -> when it was spawned, until it is up
-        self.workers = [self._spawn(i) for i in range(len(self.devices))]
+        self._started_at: dict[int, float] = {}  # host index -> when it was spawned, until it is up
+        self.hosts = [self._spawn(i) for i in range(len(self.devices))]
 
-    # -- workers -----------------------------------------------------------------------------------
+    # -- hosts -----------------------------------------------------------------------------------
     def _spawn(self, i: int):
         cfg = dataclasses.replace(self.cfg, device=self.devices[i])
-        if self._make_worker is not None:
-            worker = self._make_worker(i, cfg)
+        if self._make_host is not None:
+            host = self._make_host(i, cfg)
         elif self.placement == "ray":
             options = self.ray_options[i] if i < len(self.ray_options) else {}
-            worker = RayWorker(cfg, self.lanes, options, reward_section=self.reward_section)
+            host = RayHost(cfg, self.lanes, options, reward_section=self.reward_section)
         else:
-            worker = LocalWorker(cfg, self.lanes)
+            host = LocalHost(cfg, self.lanes)
         self._started_at[i] = time.monotonic()
-        return worker
+        return host
 
     def _check_starts(self, running: dict) -> None:
-        """Workers now up begin their candidates' deadlines; a start that failed or ran past its limit
+        """Hosts now up begin their candidates' deadlines; a start that failed or ran past its limit
         stops the call, since no candidate could be judged there."""
         now = time.monotonic()
         for i, spawned in list(self._started_at.items()):
-            ready = self.workers[i].ready
+            ready = self.hosts[i].ready
             if ready.done():
                 if ready.exception() is not None:
-                    raise PoolError(f"eval worker {i} ({self.devices[i]}) failed to start: {_last_line(ready.exception())}")
+                    raise PoolError(f"evaluator host {i} ({self.devices[i]}) failed to start: {_last_line(ready.exception())}")
                 del self._started_at[i]
                 for run in running.values():
-                    if run.worker == i:
+                    if run.host == i:
                         run.deadline, run.started = now + self._wait_for, now
-            elif now - spawned >= self.worker_start_timeout_s:
-                raise PoolError(f"eval worker {i} ({self.devices[i]}) did not start within {self.keys}worker_start_timeout_s = "
-                                f"{self.worker_start_timeout_s:g}s; raise it or check the worker's log")
+            elif now - spawned >= self.host_start_timeout_s:
+                raise PoolError(f"evaluator host {i} ({self.devices[i]}) did not start within {self.start_timeout_key} = "
+                                f"{self.host_start_timeout_s:g}s; raise it or check the host's log")
 
     def _replace(self, i: int, running: dict, pending: list, idle: list) -> None:
-        """A new worker in slot i. Candidates still running on the old one are not to blame: they go back
-        to `pending` and run again on the new worker."""
+        """A new host in slot i. Candidates still running on the old one are not to blame: they go back
+        to `pending` and run again on the new host."""
         for future, run in list(running.items()):
-            if run.worker == i:
+            if run.host == i:
                 running.pop(future)
                 pending.append(run.job)
         idle[:] = [w for w in idle if w != i] + [i] * self.lanes
         self._retired_restarts += self._restarts[i]
         self._restarts[i] = 0
-        self.workers[i].abandon()
-        self.workers[i] = self._spawn(i)
+        self.hosts[i].abandon()
+        self.hosts[i] = self._spawn(i)
         self.replaced += 1
 
     @property
@@ -152,22 +154,22 @@ class EvaluatorPool:
         order = self.eval_seconds.longest_first([jobs[j][0].key for j in todo])
         pending = [todo[k] for k in order][::-1]
         running: dict[concurrent.futures.Future, _Running] = {}
-        idle = [w for w in range(len(self.workers)) for _ in range(self.lanes)]  # free lanes
+        idle = [w for w in range(len(self.hosts)) for _ in range(self.lanes)]  # free lanes
         while pending or running:
             while pending and idle:
                 j, w = pending.pop(), idle.pop()
                 problem, text, backend = jobs[j]
                 deadline = math.inf if w in self._started_at else time.monotonic() + self._wait_for
-                running[self.workers[w].submit(problem, text, backend)] = _Running(j, w, deadline, time.monotonic())
+                running[self.hosts[w].submit(problem, text, backend)] = _Running(j, w, deadline, time.monotonic())
             limits = [run.deadline for run in running.values()]
-            limits += [spawned + self.worker_start_timeout_s for spawned in self._started_at.values()]
-            starts = [self.workers[i].ready for i in self._started_at]
+            limits += [spawned + self.host_start_timeout_s for spawned in self._started_at.values()]
+            starts = [self.hosts[i].ready for i in self._started_at]
             timeout = max(0.0, min(limits, default=1.0) - time.monotonic())
             done, _ = concurrent.futures.wait([*running, *starts], timeout=timeout,
                                               return_when=concurrent.futures.FIRST_COMPLETED)
             self._check_starts(running)
             for future in done:
-                if future not in running:  # a worker's start, or a job whose worker was replaced
+                if future not in running:  # a host's start, or a job whose host was replaced
                     continue
                 run = running.pop(future)
                 self._finish(future, run, jobs, deliver, running, pending, idle)
@@ -176,35 +178,35 @@ class EvaluatorPool:
                 if now >= run.deadline and future in running:
                     running.pop(future)
                     deliver(run.job, _failure(jobs[run.job][0], Status.TIMEOUT, "deadline",
-                                              f"the eval worker did not answer within {self.keys}eval.timeout_s + "
-                                              f"{self.keys}deadline_margin_s = {self._wait_for:g}s; worker replaced"))
-                    self._replace(run.worker, running, pending, idle)
+                                              f"the evaluator host did not answer within {self.deadline_key} = "
+                                              f"{self._wait_for:g}s; host replaced"))
+                    self._replace(run.host, running, pending, idle)
 
     def _finish(self, future, run: _Running, jobs, deliver, running, pending, idle) -> None:
         try:
             verdict = future.result()
-        except Exception as e:  # noqa: BLE001 - the worker (not the candidate's sandbox) failed
-            if run.worker in self._started_at:  # did it fail to start, or start and then fail on this job?
-                concurrent.futures.wait([self.workers[run.worker].ready], timeout=30)
+        except Exception as e:  # noqa: BLE001 - the host (not the candidate's sandbox) failed
+            if run.host in self._started_at:  # did it fail to start, or start and then fail on this job?
+                concurrent.futures.wait([self.hosts[run.host].ready], timeout=30)
                 self._check_starts(running)
-            deliver(run.job, _failure(jobs[run.job][0], Status.RUNTIME_ERROR, WORKER_CRASHED,
-                                      f"eval worker crashed: {_last_line(e)}"))
-            self._replace(run.worker, running, pending, idle)
+            deliver(run.job, _failure(jobs[run.job][0], Status.RUNTIME_ERROR, HOST_CRASHED,
+                                      f"evaluator host crashed: {_last_line(e)}"))
+            self._replace(run.host, running, pending, idle)
             return
         self.eval_seconds.record(jobs[run.job][0].key, time.monotonic() - run.started)
-        self._restarts[run.worker] = sum(verdict.checks.get("harness_restarts", {}).values())
-        idle.append(run.worker)
+        self._restarts[run.host] = sum(verdict.checks.get("harness_restarts", {}).values())
+        idle.append(run.host)
         deliver(run.job, verdict)
 
     def metrics(self) -> dict[str, float]:
-        """Over the pool's life: workers replaced, shared verdicts, and the processes each Evaluator
+        """Over the pool's life: hosts replaced, shared verdicts, and the processes each Evaluator
         restarted after they died."""
         return {"eval/workers_replaced": float(self.replaced), "eval/deduplicated": float(self.deduplicated),
                 "eval/harness_restarts": float(self._retired_restarts + sum(self._restarts))}
 
     def close(self) -> None:
-        for worker in self.workers:
-            worker.close()
+        for host in self.hosts:
+            host.close()
 
     def __enter__(self) -> "EvaluatorPool":
         return self
@@ -214,7 +216,7 @@ class EvaluatorPool:
 
 
 def _sized(cfg: EvalConfig, devices: list[str], placement: str, lanes: int) -> EvalConfig:
-    """Local workers share this machine's cores and each GPU's memory; Ray sizes its actors itself."""
+    """Local hosts share this machine's cores and each GPU's memory; Ray sizes its actors itself."""
     if placement != "local":
         return cfg
     from kbencheval.eval.config import cpu_threads_per_evaluator, device_memory_per_evaluator

@@ -18,7 +18,7 @@ class EmbeddedEngineActor:
     def __init__(self, model_path: str, device: str = "cpu", dtype: str = "auto", max_batch_size: int = 128):
         import torch
 
-        torch.set_num_threads(1)  # engines share cores with the trainer and eval workers
+        torch.set_num_threads(1)  # engines share cores with the trainer and eval actors
         from kbencheval.llm.embedded import EmbeddedEngine
 
         self.engine = EmbeddedEngine(model_path, device=device, dtype=dtype, max_batch_size=max_batch_size)

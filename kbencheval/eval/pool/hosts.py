@@ -1,4 +1,4 @@
-"""Where a pool's workers live. A worker holds `lanes` Evaluators on one device and judges that many
+"""Where a pool's hosts live. A host (of Evaluators) holds `lanes` Evaluators on one device and judges that many
 candidates at once; the pool sees it only through this handle:
 
     ready            a Future that resolves once its Evaluators are up (or raises why they are not)
@@ -6,8 +6,8 @@ candidates at once; the pool sees it only through this handle:
     abandon()        stop it now, without waiting (it stopped answering)
     close()          stop it in order
 
-LocalWorker runs in this process: one thread per lane, each owning its Evaluator for the worker's life
-(a fork server dies with the thread that started it). RayWorker is a Ray actor, placed by Ray; it gets
+LocalHost runs in this process: one thread per lane, each owning its Evaluator for the host's life
+(a fork server dies with the thread that started it). RayHost is a Ray actor, placed by Ray; it gets
 problems and code as data, so a node needs the package, not the head's files.
 """
 
@@ -27,7 +27,7 @@ def start_evaluators(cfg: EvalConfig, count: int) -> list:
     return start(cfg, count)
 
 
-class LocalWorker:
+class LocalHost:
     """`lanes` Evaluators in threads of this process. `start(cfg, count)` makes them (tests pass a fake)."""
 
     def __init__(self, cfg: EvalConfig, lanes: int = 1, start=start_evaluators):
@@ -63,7 +63,7 @@ class LocalWorker:
                 continue
             try:
                 future.set_result(evaluator.evaluate(*args[:2], backend=args[2]))
-            except BaseException as e:  # noqa: BLE001 - the pool replaces a worker whose harness failed
+            except BaseException as e:  # noqa: BLE001 - the pool replaces a host whose harness failed
                 future.set_exception(e)
         evaluator.close()
 
@@ -90,7 +90,7 @@ class LocalWorker:
             t.join(timeout=60)
 
 
-class RayWorker:
+class RayHost:
     """A handle on one Ray actor of `actor_cls` (default: RayEvaluators) with `options` from the caller:
     resources (num_gpus, num_cpus, a custom resource) or a placement-group slot."""
 
@@ -114,7 +114,7 @@ class RayWorker:
 
         try:
             ray.get(self.actor.close.remote(), timeout=30)
-        except Exception:  # noqa: BLE001 - a worker that cannot close is killed below anyway
+        except Exception:  # noqa: BLE001 - a host that cannot close is killed below anyway
             pass
         ray.kill(self.actor)
 
