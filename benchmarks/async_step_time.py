@@ -48,9 +48,9 @@ def _scalars(out: Path) -> dict[str, dict[int, float]]:
 DEVICE_OVERRIDES = {
     # Ray leaves CUDA_VISIBLE_DEVICES alone for actors without a GPU share, so on a GPU machine
     # train.device=auto would put a "CPU" trainer on the GPU.
-    "cpu": ["cluster.num_gpus_per_worker=0", "train.device=cpu"],
-    # The engine follows cluster.num_gpus_per_worker (device cuda, dtype auto = bf16); the evaluator stays on CPU.
-    "cuda": ["cluster.num_gpus_per_worker=1", "cluster.colocate=true", "train.dtype=bf16"],
+    "cpu": ["cluster.gpus_per_bundle=0", "train.device=cpu"],
+    # The engine follows cluster.gpus_per_bundle (device cuda, dtype auto = bf16); the evaluator stays on CPU.
+    "cuda": ["cluster.gpus_per_bundle=1", "cluster.colocate=true", "train.dtype=bf16"],
 }
 
 

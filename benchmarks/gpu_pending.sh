@@ -109,16 +109,16 @@ for step in "$@"; do
       run "$step" 280 bash scripts/run_rl.sh configs/rl_small_megatron_gpu.yaml model_path=/tmp/tiny_megatron \
           out_dir="/tmp/rl_$step" resume=false num_steps=1 eval_every=0 'data.problems=["L1_1_ReLU"]' \
           rollout.max_new_tokens=16 rollout.n_samples_per_prompt=4 rollout.prompts_per_step=1 rollout.filter_fn= \
-          reward.reward_fn=smart.reward.controls:length_reward cluster.actor_num_workers=2 "train.$dim=2"
+          reward.reward_fn=smart.reward.controls:length_reward cluster.actor_ranks=2 "train.$dim=2"
       tail -n 3 "$work/$step.log" ;;
     fsdp2)  # FSDP2 over two ranks (one GPU each), the engine colocated on GPU 0
       "$py" scripts/make_tiny_model.py --out /tmp/tiny_fsdp2 --hidden 512 --layers 8 > /dev/null 2>&1
       run fsdp2_sft 200 bash scripts/run_sft.sh configs/sft_small_gpu.yaml model_path=/tmp/tiny_fsdp2 \
-          out_dir=/tmp/sft_fsdp2 resume=false num_steps=1 cluster.actor_num_workers=2 cluster.num_gpus_per_worker=1
+          out_dir=/tmp/sft_fsdp2 resume=false num_steps=1 cluster.actor_ranks=2 cluster.gpus_per_bundle=1
       run fsdp2_rl 200 bash scripts/run_rl.sh configs/rl_small_gpu.yaml model_path=/tmp/tiny_fsdp2 \
           out_dir=/tmp/rl_fsdp2 resume=false num_steps=1 eval_every=0 'data.problems=["L1_1_ReLU"]' \
           rollout.max_new_tokens=32 rollout.n_samples_per_prompt=4 rollout.prompts_per_step=1 rollout.filter_fn= \
-          reward.reward_fn=smart.reward.controls:length_reward cluster.actor_num_workers=2 cluster.num_gpus_per_worker=1
+          reward.reward_fn=smart.reward.controls:length_reward cluster.actor_ranks=2 cluster.gpus_per_bundle=1
       tail -n 3 "$work/fsdp2_sft.log" "$work/fsdp2_rl.log" ;;
     disagg) run disagg 300 "$py" benchmarks/weight_sync.py --device cuda --server-gpu 1 --hidden 2048 --layers 8 \
         --repeats 3 --out "$work/weight_sync_2gpu.json"

@@ -129,7 +129,7 @@ def server_matches(url: str, state: dict, names: list[str], size: int = 64) -> l
 
 
 def trainer_device(backend) -> dict:
-    """Runs in the trainer's rank (TrainWorker.run): where its weights live, as its own process sees them."""
+    """Runs in the trainer's rank (TrainRank.run): where its weights live, as its own process sees them."""
     import torch
 
     dev = backend.device
@@ -145,7 +145,7 @@ def run_config(args, model: str, out_dir: str):
     cfg = RLConfig(model_path=model, out_dir=out_dir)
     cfg.rollout.engine, cfg.rollout.weight_bucket_mb = "sglang", args.bucket_mb
     if args.device == "cuda":
-        cfg.cluster.num_gpus_per_worker = 1  # Ray then sets the trainer's CUDA_VISIBLE_DEVICES to its GPU
+        cfg.cluster.gpus_per_bundle = 1  # Ray then sets the trainer's CUDA_VISIBLE_DEVICES to its GPU
         # the server on a GPU of its own: the library's choice (nccl); on the trainer's: gloo (see the docstring)
         return cfg, "" if args.server_gpu >= 0 else "gloo"  # the server shares that GPU and NCCL refuses two ranks on one GPU
     # Ray leaves CUDA_VISIBLE_DEVICES alone for actors without a GPU share, so on a GPU machine

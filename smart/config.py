@@ -28,26 +28,27 @@ class ClusterConfig:
     num_cpus: int = 2
     """CPUs a local Ray may use (ignored when joining a cluster)."""
     colocate: bool = True
-    """True: each training worker shares its bundle (GPU) with one engine. False: separate bundles."""
-    actor_num_workers: int = 1
-    """Data-parallel training workers (one per GPU on a GPU node)."""
-    num_gpus_per_worker: int = 0
-    """0 runs training and rollout on CPU."""
+    """True: each training rank shares its bundle (GPU) with one engine. False: separate bundles."""
+    actor_ranks: int = 1
+    """Data-parallel training ranks of the policy being trained (one per GPU on a GPU node)."""
+    gpus_per_bundle: int = 0
+    """GPUs in each placement-group bundle (a training rank's, an engine's): 0 runs training and rollout on CPU."""
     rollout_num_engines: int = 1
-    """Engines in the rollout manager; colocated runs need one per training worker at most."""
+    """Engines in the rollout manager; colocated runs need one per training rank at most."""
+    RENAMED = {"actor_num_workers": "actor_ranks", "num_gpus_per_worker": "gpus_per_bundle"}
     cpus_per_bundle: float = 0.5
     """CPU share reserved per placement-group bundle; small so a 2-core machine fits actor + engine."""
 
     def validate(self) -> None:
-        if self.actor_num_workers < 1 or self.rollout_num_engines < 1:
-            raise ConfigError("cluster.actor_num_workers and cluster.rollout_num_engines must be >= 1")
-        if self.colocate and self.rollout_num_engines > self.actor_num_workers:
+        if self.actor_ranks < 1 or self.rollout_num_engines < 1:
+            raise ConfigError("cluster.actor_ranks and cluster.rollout_num_engines must be >= 1")
+        if self.colocate and self.rollout_num_engines > self.actor_ranks:
             raise ConfigError(
-                f"colocate=true puts one engine on each training worker's bundle: set cluster.rollout_num_engines "
-                f"<= cluster.actor_num_workers ({self.actor_num_workers}) or colocate=false"
+                f"colocate=true puts one engine on each training rank's bundle: set cluster.rollout_num_engines "
+                f"<= cluster.actor_ranks ({self.actor_ranks}) or colocate=false"
             )
-        if self.num_gpus_per_worker not in (0, 1):
-            raise ConfigError("cluster.num_gpus_per_worker must be 0 (CPU) or 1 (one GPU per worker)")
+        if self.gpus_per_bundle not in (0, 1):
+            raise ConfigError("cluster.gpus_per_bundle must be 0 (CPU) or 1 (one GPU per bundle)")
         if self.cpus_per_bundle <= 0:
             raise ConfigError("cluster.cpus_per_bundle must be > 0 (Ray bundles cannot be empty)")
 

@@ -24,7 +24,7 @@ from smart.sample import Sample
 
 
 @ray.remote
-class TrainWorker:
+class TrainRank:
     def __init__(self, backend: str, cfg: Any, rank: int, world_size: int, master: tuple[str, int] | None):
         if world_size > 1:
             import torch
@@ -61,7 +61,7 @@ class TrainGroup:
         n = len(slots)
         # Rank 0's node picks the rendezvous port; a tiny task scheduled on the same bundle finds one.
         master = ray.get(_free_port.options(**{**slots[0].options(), "num_gpus": 0, "num_cpus": 0}).remote()) if n > 1 else None
-        self.workers = [TrainWorker.options(**slot.options()).remote(backend, cfg, rank, n, master) for rank, slot in enumerate(slots)]
+        self.workers = [TrainRank.options(**slot.options()).remote(backend, cfg, rank, n, master) for rank, slot in enumerate(slots)]
         ray.get([w.weights_version.remote() for w in self.workers])  # surface construction errors here
 
     @classmethod

@@ -1,8 +1,8 @@
-"""Placement groups for the training workers and the rollout engines.
+"""Placement groups for the training ranks and the rollout engines.
 
-colocate=true : one bundle per training worker; engine i (and GPU eval actor i) share bundle i.
+colocate=true : one bundle per training rank; engine i (and GPU eval actor i) share bundle i.
 colocate=false: training bundles first, then one bundle per engine, then one per GPU eval actor.
-With num_gpus_per_worker=0 the bundles hold only a CPU share, so the same layout runs on a laptop.
+With gpus_per_bundle=0 the bundles hold only a CPU share, so the same layout runs on a laptop.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ class BundlePlan:
 
 def plan_bundles(cfg: ClusterConfig, need_actor: bool = True, need_rollout: bool = True,
                  reward_gpu_workers: int = 0) -> BundlePlan:
-    gpus, cpus = cfg.num_gpus_per_worker, cfg.cpus_per_bundle
-    n_actor = cfg.actor_num_workers if need_actor else 0
+    gpus, cpus = cfg.gpus_per_bundle, cfg.cpus_per_bundle
+    n_actor = cfg.actor_ranks if need_actor else 0
     n_rollout = cfg.rollout_num_engines if need_rollout else 0
     n_reward = reward_gpu_workers if gpus else 0
     if cfg.colocate and need_actor:
@@ -82,9 +82,9 @@ def make_placement(cfg: ClusterConfig, need_actor: bool = True, need_rollout: bo
     if not ready:
         raise ConfigError(
             f"Ray could not reserve {plan.n_bundles} bundles of {plan.bundle} within {timeout_s:g}s; lower "
-            "cluster.actor_num_workers / cluster.rollout_num_engines / cluster.cpus_per_bundle or add resources"
+            "cluster.actor_ranks / cluster.rollout_num_engines / cluster.cpus_per_bundle or add resources"
         )
-    gpus, cpus, share = cfg.num_gpus_per_worker, cfg.cpus_per_bundle, plan.share
+    gpus, cpus, share = cfg.gpus_per_bundle, cfg.cpus_per_bundle, plan.share
     actor = [Slot(pg, b, gpus * share, cpus * share) for b in plan.actor]
     rollout = [Slot(pg, b, gpus * share, cpus * share) for b in plan.rollout]
     reward = [Slot(pg, b, gpus * share, 0.0) for b in plan.reward]

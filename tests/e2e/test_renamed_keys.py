@@ -15,6 +15,8 @@ from smart.config import RLConfig
     (RLConfig, "reward.num_gpus_per_worker", "reward.gpus_per_eval_actor"),
     (RLConfig, "reward.evaluators_per_worker", "reward.evaluators_per_actor"),
     (RLConfig, "reward.worker_start_timeout_s", "reward.actor_start_timeout_s"),
+    (RLConfig, "cluster.actor_num_workers", "cluster.actor_ranks"),
+    (RLConfig, "cluster.num_gpus_per_worker", "cluster.gpus_per_bundle"),
 ])
 def test_a_renamed_key_is_an_error_that_names_the_new_one(cls, old, new):
     with pytest.raises(ConfigError, match=rf"config key '{old}' in overrides was renamed '{new}'"):
@@ -24,4 +26,4 @@ def test_a_renamed_key_is_an_error_that_names_the_new_one(cls, old, new):
     with pytest.raises(ConfigError, match=rf"'{name}' in .* was renamed '{new.rpartition('.')[2]}'"):
         from_dict(cls, data)
     cfg = apply_overrides(cls(model_path="runs/sft/hf") if cls is RLConfig else cls(), [f"{new}=1"])
-    assert getattr(cfg.reward if cls is RLConfig else cfg, new.rpartition(".")[2]) == 1  # the new key works
+    assert getattr(getattr(cfg, section) if section else cfg, new.rpartition(".")[2]) == 1  # the new key works

@@ -43,7 +43,7 @@ def test_async_cuda_colocates_trainer_and_engine_on_one_gpu(one_gpu_ray, monkeyp
 
     cfg = async_cfg("cuda")
     cluster, train = cfg.cluster, cfg.train
-    assert (cluster.num_gpus_per_worker, cluster.colocate, train.dtype, train.device) == (1, True, "bf16", "auto")
+    assert (cluster.gpus_per_bundle, cluster.colocate, train.dtype, train.device) == (1, True, "bf16", "auto")
     assert cfg.reward.eval.device == "cpu" and cfg.rollout.n_samples_per_prompt == 8
     placement = make_placement(cfg.cluster)
     [actor], [engine_slot] = placement.actor, placement.rollout
@@ -65,7 +65,7 @@ def test_async_cuda_colocates_trainer_and_engine_on_one_gpu(one_gpu_ray, monkeyp
 
 def test_async_cpu_pins_the_trainer_to_the_cpu():
     cfg = async_cfg("cpu")
-    assert (cfg.cluster.num_gpus_per_worker, cfg.train.device) == (0, "cpu")
+    assert (cfg.cluster.gpus_per_bundle, cfg.train.device) == (0, "cpu")
 
 
 def test_weight_sync_cuda_gives_the_trainer_the_gpu_and_gloo_to_the_group(one_gpu_ray):
@@ -73,14 +73,14 @@ def test_weight_sync_cuda_gives_the_trainer_the_gpu_and_gloo_to_the_group(one_gp
 
     args = argparse.Namespace(device="cuda", bucket_mb=512.0, server_gpu=-1)
     cfg, group_backend = weight_sync.run_config(args, "m", "o")
-    assert (cfg.cluster.num_gpus_per_worker, cfg.train.device, group_backend) == (1, "auto", "gloo")
+    assert (cfg.cluster.gpus_per_bundle, cfg.train.device, group_backend) == (1, "auto", "gloo")
     # a server on a GPU of its own: NCCL (the library's choice) between two GPUs
     assert weight_sync.run_config(argparse.Namespace(device="cuda", bucket_mb=512.0, server_gpu=1), "m", "o")[1] == ""
     placement = make_placement(cfg.cluster, need_rollout=False)
     assert [s.num_gpus for s in placement.actor] == [1]
     ray.util.remove_placement_group(placement.pg)
     cfg, group_backend = weight_sync.run_config(argparse.Namespace(device="cpu", bucket_mb=512.0, server_gpu=-1), "m", "o")
-    assert (cfg.cluster.num_gpus_per_worker, cfg.train.device, group_backend) == (0, "cpu", "")
+    assert (cfg.cluster.gpus_per_bundle, cfg.train.device, group_backend) == (0, "cpu", "")
 
 
 @no_gpu

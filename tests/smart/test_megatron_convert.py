@@ -166,8 +166,8 @@ def test_qwen3_8b_recipe_loads_with_the_published_settings():
 
     cfg = load_config(RLConfig, str(REPO / "configs" / "rl_qwen3_8b_megatron.yaml"), [])
     m, g = cfg.train, cfg.train.grpo
-    assert (cfg.backend, m.tp, m.cp, cfg.cluster.actor_num_workers, cfg.cluster.rollout_num_engines) == (
+    assert (cfg.backend, m.tp, m.cp, cfg.cluster.actor_ranks, cfg.cluster.rollout_num_engines) == (
         "megatron", 2, 2, 4, 2)
     assert (cfg.rollout.max_turns, cfg.rollout.gamma, cfg.train.lr, g.eps_clip, g.eps_clip_high) == (3, 0.4, 1e-6, 0.2, 0.28)
     assert not cfg.cluster.colocate
-    m.validate(world_size=cfg.cluster.actor_num_workers)
+    m.validate(world_size=cfg.cluster.actor_ranks)

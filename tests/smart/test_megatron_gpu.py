@@ -176,7 +176,7 @@ def _tiny_rl_config(model: str, out: Path, **train):
     cfg.rollout.max_new_tokens, cfg.rollout.n_samples_per_prompt, cfg.rollout.prompts_per_step = 16, 4, 1
     cfg.rollout.prompt_style, cfg.rollout.filter_fn = "zero_shot", ""
     cfg.reward.reward_fn = "tests.smart.test_megatron_gpu:varied_rewards"
-    cfg.cluster.num_gpus_per_worker, cfg.cluster.num_cpus = 1, 4
+    cfg.cluster.gpus_per_bundle, cfg.cluster.num_cpus = 1, 4
     cfg.backend, cfg.train = "megatron", MegatronTrainConfig(lr=1e-3, dtype="bf16", **train)
     return cfg
 
@@ -240,7 +240,7 @@ def test_two_gpus_tp2_pp2_cp2_dp2_match_tp1(qwen3_dir, local_ray):
     results = {}
     for name, (workers, layout) in {"tp1": (1, {}), "tp2": (2, {"tp": 2}), "pp2": (2, {"pp": 2}),
                                     "cp2": (2, {"cp": 2}), "dp2": (2, {})}.items():
-        cluster = ClusterConfig(actor_num_workers=workers, num_gpus_per_worker=1, num_cpus=4, colocate=False)
+        cluster = ClusterConfig(actor_ranks=workers, gpus_per_bundle=1, num_cpus=4, colocate=False)
         placement = make_placement(cluster, need_rollout=False)
         cfg = MegatronTrainConfig(model_path=qwen3_dir, dtype="bf16", lr=1e-4, micro_batch_tokens=300, **layout)
         group = TrainGroup("megatron", cfg, placement.actor)

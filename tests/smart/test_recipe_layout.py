@@ -83,7 +83,7 @@ def test_ray_places_every_role_where_the_config_says(ray_with_8_gpus, path, gpus
         for slots, got in ((placement.actor, actor), (placement.rollout, rollout), (placement.reward, reward)):
             for s, g in zip(slots, got):
                 assert by_bundle.setdefault(s.bundle, g) == g, (s.bundle, by_bundle, g)
-        assert len(set(actor)) == cfg.cluster.actor_num_workers  # one GPU per training rank
+        assert len(set(actor)) == cfg.cluster.actor_ranks  # one GPU per training rank
         assert len(set(actor) | set(rollout) | set(reward)) == gpus
         if cfg.cluster.colocate:
             assert rollout == [actor[0]] and sorted(reward) == sorted(actor)

@@ -126,7 +126,7 @@ def test_embedded_engines_start_with_the_configured_batch_and_dtype(monkeypatch)
 
     monkeypatch.setattr(embedded, "EmbeddedEngineActor", FakeActor)
     cfg = from_dict(RLConfig, {"model_path": "m", "train": {"dtype": "fp32"},
-                               "rollout": {"engine_max_batch": 512}, "cluster": {"num_gpus_per_worker": 0}}, "rl")
+                               "rollout": {"engine_max_batch": 512}, "cluster": {"gpus_per_bundle": 0}}, "rl")
     embedded.KIND.start(cfg, [FakeSlot()])
     assert started == [("m", "cpu", "float32", 512)]
     with pytest.raises(ConfigError, match="engine_max_batch must be >= 1"):

@@ -185,7 +185,7 @@ def test_a_trainer_that_died_fails_the_update_fast_and_drops_the_group(server, r
 
 
 def perturb_trainer(backend, seed: int) -> None:
-    """Runs in a trainer rank (TrainWorker.run): new weights, as an optimizer step would make."""
+    """Runs in a trainer rank (TrainRank.run): new weights, as an optimizer step would make."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in backend.model.parameters():

@@ -5,7 +5,7 @@
     engine.load_weights(backend.state_dict_for_sync(), version=backend.weights_version)
 
 Process layout: one process per GPU, torch.distributed already initialised by the caller (the Ray
-TrainWorker) or, for a single process, here. parallel_state splits the world into tp x pp x cp
+TrainRank) or, for a single process, here. parallel_state splits the world into tp x pp x cp
 groups with data parallel over the rest. Every rank receives the full batch; each data-parallel
 rank takes its token-balanced shard as TorchTrainBackend does, so loss denominators are global.
 

@@ -14,7 +14,7 @@ from smart.backends.torch.config import TrainConfig
 @dataclasses.dataclass(kw_only=True)
 class MegatronTrainConfig(TrainConfig):
     """TrainConfig (lr, grpo, micro_batch_tokens, ...) + how Megatron splits the model; data parallel
-    takes the GPUs left over (cluster.actor_num_workers / (tp * pp * cp)). dtype auto means bf16 here,
+    takes the GPUs left over (cluster.actor_ranks / (tp * pp * cp)). dtype auto means bf16 here,
     and gradient_checkpointing turns on Megatron's full recomputation."""
 
     tp: int = 1
@@ -37,5 +37,5 @@ class MegatronTrainConfig(TrainConfig):
         if world_size is not None and world_size % (self.tp * self.pp * self.cp):
             raise ConfigError(
                 f"{world_size} training GPUs do not split into tp*pp*cp = {self.tp}*{self.pp}*{self.cp}; "
-                "set cluster.actor_num_workers to a multiple of tp*pp*cp"
+                "set cluster.actor_ranks to a multiple of tp*pp*cp"
             )

@@ -65,7 +65,7 @@ def engine_dtype(cfg) -> str:
 
 
 def _start(cfg, slots: list) -> list:
-    device = "cuda" if cfg.cluster.num_gpus_per_worker else "cpu"
+    device = "cuda" if cfg.cluster.gpus_per_bundle else "cpu"
     dtype = engine_dtype(cfg)
     return [EmbeddedEngineActor.options(**slot.options()).remote(cfg.model_path, device, dtype, cfg.rollout.engine_max_batch)
             for slot in slots]

@@ -35,7 +35,7 @@ from typing import Any
 import ray
 import requests
 
-# ---- rank 0 of the trainer: these run inside its TrainWorker (TrainWorker.run), state kept per process ----
+# ---- rank 0 of the trainer: these run inside its TrainRank (TrainRank.run), state kept per process ----
 _STAGED: dict[int, "StagedWeights"] = {}  # version -> its weights, until every engine has it
 _GROUPS: dict[str, Any] = {}  # group name -> WeightGroup (or the error that stopped it forming)
 
@@ -215,7 +215,7 @@ def close_group(backend, name: str) -> None:
 class StagedPlan:
     """What an engine needs to pull version `version` from the trainer's rank 0."""
 
-    sender: Any  # rank 0's TrainWorker handle
+    sender: Any  # rank 0's TrainRank handle
     version: int
     buckets: list
     backend: str  # distributed: the group's backend
