@@ -59,7 +59,8 @@ class EvaluatorPoolConfig:
     def validate(self) -> None:
         if self.num_gpus < 0 or self.cpu_evaluators < 1 or self.evaluators_per_gpu < 1:
             raise ConfigError(f"num_gpus={self.num_gpus}, cpu_evaluators={self.cpu_evaluators}, evaluators_per_gpu="
-                              f"{self.evaluators_per_gpu}: set num_gpus >= 0, cpu_evaluators >= 1, evaluators_per_gpu >= 1")
+                              f"{self.evaluators_per_gpu}: set num_gpus >= 0, cpu_evaluators >= 1, "
+                              "evaluators_per_gpu >= 1")
         if self.placement not in ("local", "ray"):
             raise ConfigError(f"placement={self.placement!r}: choose local or ray")
         if self.placement == "ray" and self.device not in ("cpu", "cuda"):
@@ -99,7 +100,8 @@ class EvaluatorPoolConfig:
 
         self._join_ray()
         if self.device == "cpu":
-            return ["cpu"] * self.cpu_evaluators, [{"num_cpus": 1, "scheduling_strategy": "SPREAD"}] * self.cpu_evaluators
+            spread = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
+            return ["cpu"] * self.cpu_evaluators, [spread] * self.cpu_evaluators
         gpus = self.num_gpus or int(ray.cluster_resources().get("GPU", 0))
         if gpus < 1:
             raise ConfigError("placement=ray device=cuda: the Ray cluster has no GPU; set device=cpu or add GPU nodes")

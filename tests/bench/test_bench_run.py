@@ -79,7 +79,7 @@ def test_cuda_device_without_gpu_names_the_fix():
         resolve_devices("cuda")
 
 
-def test_workers_per_gpu_repeats_each_gpu(monkeypatch):
+def test_evaluators_per_gpu_repeats_each_gpu(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -328,7 +328,8 @@ def decode_reply(request, line: bytes | str) -> JudgeReply:
     try:
         return REPLIES[type(request)](**d)
     except TypeError as e:
-        raise ValueError(f"the judge's reply to {type(request).__name__} does not fit {REPLIES[type(request)].__name__}: {e}") from None
+        raise ValueError(f"the judge's reply to {type(request).__name__} does not fit "
+                         f"{REPLIES[type(request)].__name__}: {e}") from None
 
 
 _MESSAGES = {cls.__dataclass_fields__["type"].default: cls

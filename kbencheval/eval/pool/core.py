@@ -57,7 +57,8 @@ class EvaluatorPool:
             raise ValueError("an EvaluatorPool needs at least one device")
         if reward_section:
             cfg.require_reward_grade(reward_section)
-        self.cfg, self.devices, self.placement = _sized(cfg, list(devices), placement, evaluators_per_host), list(devices), placement
+        self.devices, self.placement = list(devices), placement
+        self.cfg = _sized(cfg, self.devices, placement, evaluators_per_host)
         self.lanes, self.ray_options = evaluators_per_host, list(ray_options or [])
         self.deadline_margin_s, self.host_start_timeout_s = deadline_margin_s, host_start_timeout_s
         self.reward_section, self.dedupe, self._make_host = reward_section, dedupe, make_host
@@ -91,14 +92,15 @@ class EvaluatorPool:
             ready = self.hosts[i].ready
             if ready.done():
                 if ready.exception() is not None:
-                    raise PoolError(f"evaluator host {i} ({self.devices[i]}) failed to start: {_last_line(ready.exception())}")
+                    raise PoolError(f"evaluator host {i} ({self.devices[i]}) failed to start: "
+                                    f"{_last_line(ready.exception())}")
                 del self._started_at[i]
                 for run in running.values():
                     if run.host == i:
                         run.deadline, run.started = now + self._wait_for, now
             elif now - spawned >= self.host_start_timeout_s:
-                raise PoolError(f"evaluator host {i} ({self.devices[i]}) did not start within {self.start_timeout_key} = "
-                                f"{self.host_start_timeout_s:g}s; raise it or check the host's log")
+                raise PoolError(f"evaluator host {i} ({self.devices[i]}) did not start within "
+                                f"{self.start_timeout_key} = {self.host_start_timeout_s:g}s; raise it or check the host's log")
 
     def _replace(self, i: int, running: dict, pending: list, idle: list) -> None:
         """A new host in slot i. Candidates still running on the old one are not to blame: they go back

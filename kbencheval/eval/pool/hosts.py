@@ -65,7 +65,8 @@ class LocalHost:
                 future.set_result(evaluator.evaluate(*args[:2], backend=args[2]))
             except BaseException as e:  # noqa: BLE001 - the pool replaces a host whose harness failed
                 future.set_exception(e)
-        evaluator.close()
+        if not self._stopped.is_set():  # abandon() closes the evaluators itself, without waiting for a lane
+            evaluator.close()
 
     def submit(self, problem, text: str, backend: str) -> Future:
         future: Future = Future()
