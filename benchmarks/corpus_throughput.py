@@ -1,7 +1,7 @@
 """Corpus pipeline throughput on this machine: verify (records/min), filter, and RA-ICL index build.
 
     python benchmarks/corpus_throughput.py --device cuda --out benchmarks/results/corpus_throughput_h100.json
-    python benchmarks/corpus_throughput.py --device cpu --workers 2 --model <path to all-MiniLM-L6-v2>
+    python benchmarks/corpus_throughput.py --device cpu --evaluators 2 --model <path to all-MiniLM-L6-v2>
     python benchmarks/corpus_throughput.py --corpus /data/KernelBook --source kernelbook --limit 500 --device cuda
 
 Default corpus: the 40 bundled problems and their reference Triton solutions rewritten into
@@ -84,7 +84,7 @@ def build_index_or_none(work: Path, model: str, device: str) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (verify)")
-    ap.add_argument("--workers", type=int, default=1, help="CPU evaluators side by side (device=cpu)")
+    ap.add_argument("--evaluators", type=int, default=1, help="CPU evaluators side by side (device=cpu)")
     ap.add_argument("--corpus", default="", help="a real corpus folder; default: bundled solutions as KernelBook rows")
     ap.add_argument("--source", default="kernelbook")
     ap.add_argument("--limit", type=int, default=0)
@@ -98,7 +98,7 @@ def main() -> int:
     corpus = args.corpus or str(write_rows(bundled_as_kernelbook(args.repeat), work / "corpus"))
     t = time.perf_counter()
     stats = verify(VerifyConfig(source=args.source, path=corpus, limit=args.limit, out=str(work / "verified"),
-                                device=args.device, cpu_evaluators=args.workers))
+                                device=args.device, cpu_evaluators=args.evaluators))
     verify_s = time.perf_counter() - t
     verdicts = [json.loads(x) for x in (work / "verified" / VERDICTS).read_text().splitlines()]
     per_record = [v.get("eval_seconds") or 0.0 for v in verdicts]
