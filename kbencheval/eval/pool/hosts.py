@@ -13,7 +13,6 @@ problems and code as data, so a node needs the package, not the head's files.
 
 from __future__ import annotations
 
-import dataclasses
 import queue
 import threading
 from concurrent.futures import Future
@@ -166,6 +165,3 @@ def ray_evaluators_actor():
         _ACTOR = ray.remote(num_cpus=0)(RayEvaluators)
     return _ACTOR
 
-
-def with_device(cfg: EvalConfig, device: str) -> EvalConfig:
-    return dataclasses.replace(cfg, device=device)
