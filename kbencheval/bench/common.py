@@ -90,7 +90,8 @@ def cli_main(command: str, body: Callable[[], int]) -> int:
         return 130
 
 
-def resolve_devices(device: str, num_gpus: int = 0, cpu_evaluators: int = 1, evaluators_per_gpu: int = 1) -> list[str]:
+def resolve_devices(device: str, num_gpus: int = 0, cpu_evaluators: int = 1,
+                    evaluators_per_gpu: int = 1) -> list[str]:
     """One entry per evaluator to start. `auto` -> every local GPU (or the CPU); `cuda` -> the first
     num_gpus GPUs (0 = all); `cuda:N` -> one. Each GPU appears `evaluators_per_gpu` times: its evaluators
     overlap compile and correctness and time one at a time (kbencheval/eval/sharing/gate.py)."""

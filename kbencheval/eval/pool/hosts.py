@@ -34,7 +34,6 @@ class LocalHost:
         self._inbox: queue.Queue = queue.Queue()
         self._evaluators: list = []
         self._stopped = threading.Event()
-        self._booted = 0
         self._mutex = threading.Lock()
         self._threads = [threading.Thread(target=self._lane, args=(cfg, start, lanes), daemon=True,
                                           name=f"evaluator-{cfg.device}-{i}") for i in range(lanes)]
@@ -50,8 +49,7 @@ class LocalHost:
             return
         with self._mutex:
             self._evaluators.append(evaluator)
-            self._booted += 1
-            if self._booted == lanes and not self.ready.done():
+            if len(self._evaluators) == lanes and not self.ready.done():
                 self.ready.set_result(True)
         while not self._stopped.is_set():
             item = self._inbox.get()
