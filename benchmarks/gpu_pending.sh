@@ -37,6 +37,10 @@
 #                   keep making calls until it is done; carry runs/learn_gpu_synth.tgz to skip synth;
 #                   LEARNING_OVERRIDES="synth.solution_style=inline sft.num_steps=1200" passes key=values
 #   learning_status how far the detached learning run is; copies its summary when done
+#   tests_start     every gpu-marked test under GPU_TESTS_PATHS (default: the evaluator's, the adversarial
+#                   suites, data, tensor payloads), detached like learning_start, on GPU_TESTS_DEVICE (default 1: beside a
+#                   learning run's SFT, which takes GPU 0); the timing-sensitive files run first
+#   tests_status    how far the detached tests are; copies their log and junit XML
 # A machine is held at most 30 minutes and goes back after 30 s idle: chain the calls. Step times on one
 # H100, for planning: gpu_tests ~500 s, check_latency ~100 s, corpus ~220 s, megatron ~350 s, suite_trusted
 # ~450 s, suite_events ~200 s, suite_4w ~200-250 s, async ~220 s, the learning run ~25 minutes of stages.
@@ -49,12 +53,13 @@
 set -u
 out=${1:?usage: bash benchmarks/gpu_pending.sh OUT_DIR STEP [STEP ...]}
 shift
-[ $# -gt 0 ] || { sed -n '2,48p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,52p' "$0"; exit 2; }
 py=${PYTHON:-python3}
 work="$out/work"
 mkdir -p "$work"
 export PYTHONUNBUFFERED=1
 learn=/tmp/tritonforge_learning  # the detached run lives outside $OUT, which each call empties
+tests=/tmp/tritonforge_gpu_tests  # the detached tests, likewise
 
 run() {  # step seconds command...
   local name=$1 limit=$2; shift 2
@@ -161,6 +166,17 @@ print(json.dumps(r)); json.dump(r, open(sys.argv[2], \"w\"), indent=2)" $runs/ti
           2>/dev/null
       [ -d "$learn/run/plots" ] && tar czf "$work/learning_plots.tgz" -C "$learn/run" plots
       echo "== learning_status: $(tail -n 1 "$learn/log" 2>/dev/null || echo 'no run started')" ;;
+    tests_start)
+      rm -rf "$tests" && mkdir -p "$tests" && cp -a . "$tests/src"
+      timing_first="tests/evaluator/test_gpu_timer.py tests/evaluator/test_timing_paths.py"
+      # shellcheck disable=SC2086  # the path lists are words
+      (cd "$tests/src" && CUDA_VISIBLE_DEVICES=${GPU_TESTS_DEVICE:-1} setsid nohup timeout 1500 "$py" -m pytest -m gpu -q \
+          -rfE --tb=short -p no:cacheprovider --junitxml="$tests/junit.xml" $timing_first \
+          ${GPU_TESTS_PATHS:-tests/evaluator tests/adversarial tests/data tests/smart/test_tensor_payloads.py} > "$tests/log" 2>&1 &)
+      echo "== tests_start: started on GPU ${GPU_TESTS_DEVICE:-1}; poll with the tests_status step" ;;
+    tests_status)
+      cp "$tests/log" "$work/gpu_tests.log" 2>/dev/null; cp "$tests/junit.xml" "$work/gpu_tests_junit.xml" 2>/dev/null
+      echo "== tests_status: $(tail -n 1 "$tests/log" 2>/dev/null || echo 'no tests started')" ;;
     *) echo "unknown step '$step'; steps are listed at the top of $0"; exit 2 ;;
   esac
 done

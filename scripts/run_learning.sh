@@ -178,14 +178,15 @@ print(max(json.load(open(f))["next_step"] for f in glob.glob(sys.argv[1] + "/che
   --seed "$LEARN_SEED" --corpus "$RUN/synth/train"
 [[ -f "$RUN/sft/stopped_at" ]] || sft_until_stop
 evaluate_checkpoint sft "$RUN/sft/hf"
-main_lane() {  # GRPO, its evaluations, then the continued-SFT control (it needs GRPO's step count)
+main_lane() {  # GRPO, its evaluations, the continued-SFT control (it needs GRPO's step count), then multi-turn
+  # (the comparisons the success criteria name come first: a hold that runs out loses the least)
   [[ -f "$RUN/rl/hf/config.json" ]] || timed rl bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml"
   evaluate_checkpoint rl "$RUN/rl/hf"
-  evaluate_multiturn rl "$RUN/rl/hf"
   if [[ "${LEARN_CONTROLS_SFT_CONTINUED:-false}" == true ]]; then
     [[ -f "$RUN/sft_continued/hf/config.json" ]] || timed sft_continued sft_continued
     evaluate_checkpoint sft_continued "$RUN/sft_continued/hf" primary
   fi
+  evaluate_multiturn rl "$RUN/rl/hf"
 }
 
 side_lane() {  # beside the main lane: the SFT model's multi-turn evaluation, then the GRPO runs that start from the

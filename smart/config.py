@@ -273,6 +273,8 @@ class RLConfig:
     """Write each step's samples to out_dir/rollouts/step_XXXXX.jsonl (replayable)."""
     normalize_std: bool = True
     """GRPO advantages divided by the group's std (False = Dr. GRPO)."""
+    positive_only: bool = False
+    """Advantages below 0 set to 0: samples worse than their group are not pushed down, only better ones up."""
     eval_every: int = 0
     """Steps between held-out evals (0 = never)."""
     save_every: int = 1

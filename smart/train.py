@@ -56,7 +56,8 @@ def loop(cfg: RLConfig, out: Path, start: int, actor: TrainGroup | None, rollout
         # 2. train (advantages, old logprobs once, num_steps_per_rollout updates), 3. sync weights
         if actor and any(s.trainable for s in kept):
             with timer("train"):
-                metrics |= {f"train/{k}": v for k, v in actor.train_step(kept, cfg.normalize_std, rc.group_by).items()}
+                trained = actor.train_step(kept, cfg.normalize_std, rc.group_by, cfg.positive_only)
+                metrics |= {f"train/{k}": v for k, v in trained.items()}
             if rollout:
                 with timer("sync"):
                     metrics["train/weights_version"] = float(sync_weights(actor, rollout))

@@ -136,7 +136,8 @@ def _loop(cfg: RLConfig, run: RLSession) -> dict:
             metrics |= _staleness_metrics(kept, history, cfg.max_staleness)
             started = time.time()
             with timer("train"):
-                metrics |= {f"train/{k}": v for k, v in actor.train_step(kept, cfg.normalize_std, cfg.rollout.group_by).items()}
+                trained = actor.train_step(kept, cfg.normalize_std, cfg.rollout.group_by, cfg.positive_only)
+                metrics |= {f"train/{k}": v for k, v in trained.items()}
             last_train = (started, time.time())
             metrics |= {"timeline/train_start_s": started - t0, "timeline/train_end_s": last_train[1] - t0}
             history.append(actor.weights_version())

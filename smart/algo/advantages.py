@@ -6,9 +6,10 @@ import torch
 
 
 def group_advantages(
-    rewards: torch.Tensor, group_size: int, normalize_std: bool = True, eps: float = 1e-6
+    rewards: torch.Tensor, group_size: int, normalize_std: bool = True, eps: float = 1e-6, positive_only: bool = False
 ) -> torch.Tensor:
-    """A_i = r_i - mean(group), divided by (std(group) + eps) when normalize_std.
+    """A_i = r_i - mean(group), divided by (std(group) + eps) when normalize_std; negatives set to 0 when
+    positive_only.
 
     `rewards` holds G groups of `group_size` consecutive samples. std is the population std
     (divide by n), so a group of one is defined; a group whose rewards are all equal gets
@@ -25,6 +26,8 @@ def group_advantages(
     adv_GN = r_GN - r_GN.mean(dim=1, keepdim=True)
     if normalize_std:
         adv_GN = adv_GN / (r_GN.std(dim=1, keepdim=True, correction=0) + eps)
+    if positive_only:  # samples below their group's mean are left alone rather than pushed down
+        adv_GN = adv_GN.clamp(min=0.0)
     return adv_GN.reshape(-1)
 
 

@@ -82,9 +82,11 @@ class TrainGroup:
     def train_grpo(self, samples: list[Sample], advantages: list[float], old_logprobs: list[list[float]]) -> dict[str, float]:
         return self._all("train_grpo", ray.put(samples), advantages, old_logprobs)[0]
 
-    def train_step(self, samples: list[Sample], normalize_std: bool = True, group_by: str = "trajectory") -> dict[str, float]:
+    def train_step(self, samples: list[Sample], normalize_std: bool = True, group_by: str = "trajectory",
+                   positive_only: bool = False) -> dict[str, float]:
         """One GRPO step on `samples`: group advantages here, old logprobs and the update inside each rank."""
-        return self._all("train_step", ray.put(samples), compute_advantages(samples, normalize_std, group_by))[0]
+        advantages = compute_advantages(samples, normalize_std, group_by, positive_only)
+        return self._all("train_step", ray.put(samples), advantages)[0]
 
     def weights_ref(self) -> ray.ObjectRef:
         """Rank 0's full state dict, left in the object store (every rank must join the gather)."""
@@ -122,7 +124,8 @@ def train_config_for(train: Any, model_path: str, temperature: float | None = No
     return train
 
 
-def compute_advantages(samples: list[Sample], normalize_std: bool, group_by: str = "trajectory") -> list[float]:
+def compute_advantages(samples: list[Sample], normalize_std: bool, group_by: str = "trajectory",
+                       positive_only: bool = False) -> list[float]:
     """GRPO advantages within each group (rollout.group_by: all turns of a prompt, or one turn index)."""
     import torch
 
@@ -135,6 +138,6 @@ def compute_advantages(samples: list[Sample], normalize_std: bool, group_by: str
     adv_by_sample: dict[int, float] = {}
     for group in groups_of(samples, group_by).values():
         rewards = torch.tensor([float(s.reward) for s in group])
-        for s, a in zip(group, group_advantages(rewards, len(group), normalize_std).tolist()):
+        for s, a in zip(group, group_advantages(rewards, len(group), normalize_std, positive_only=positive_only).tolist()):
             adv_by_sample[id(s)] = a
     return [adv_by_sample[id(s)] for s in samples]

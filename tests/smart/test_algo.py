@@ -67,6 +67,14 @@ def test_group_advantages_by_hand():
     assert adv.tolist() == pytest.approx([-1.5 / std, -0.5 / std, 0.5 / std, 1.5 / std], abs=1e-6)
 
 
+def test_positive_only_advantages_leave_worse_samples_alone():
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    adv = group_advantages(r, group_size=4, normalize_std=False, positive_only=True)
+    assert adv.tolist() == pytest.approx([0.75, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    adv = group_advantages(r, group_size=4, normalize_std=True, positive_only=True)
+    assert adv.tolist() == pytest.approx([0.75 / math.sqrt(3 / 16), 0, 0, 0, 0, 0, 0, 0], rel=1e-4)
+
+
 def test_group_advantages_rejects_broken_groups():
     with pytest.raises(ValueError, match="groups of 3"):
         group_advantages(torch.zeros(4), group_size=3, normalize_std=False)

@@ -126,7 +126,7 @@ def test_top_p_is_fine_without_a_trainer(tmp_path):
 
 
 class FakeActor(FakeTrainer):
-    def train_step(self, samples, normalize_std, group_by):
+    def train_step(self, samples, normalize_std, group_by, positive_only=False):
         return {"loss": 0.0}
 
 
