@@ -54,14 +54,18 @@ def preload(plan: dict):
 
 
 def job_env(job: dict, plan: dict, layers: list[str]) -> None:
-    """Per-job folders: a private Triton cache (layered over the shared ones), TMPDIR, HOME, extensions."""
+    """Per-job folders: a private Triton cache (layered over the shared ones), TMPDIR, HOME, extensions,
+    torch.compile's cache. Each is named outright: torch writes the first folder it picked into the
+    environment (TORCHINDUCTOR_CACHE_DIR), so one picked in the fork server would point into its scratch,
+    which a sandboxed job cannot write."""
     from kbencheval.eval.processes.sandbox import tritoncache  # imports triton: never before the sandbox is entered
 
     job_dir = job["job_dir"]
-    for name in ("tmp", "triton_cache", "torch_extensions"):
+    for name in ("tmp", "triton_cache", "torch_extensions", "torchinductor"):
         os.makedirs(os.path.join(job_dir, name), exist_ok=True)
     os.environ.update(HOME=job_dir, TMPDIR=os.path.join(job_dir, "tmp"),
-                      TORCH_EXTENSIONS_DIR=os.path.join(job_dir, "torch_extensions"))
+                      TORCH_EXTENSIONS_DIR=os.path.join(job_dir, "torch_extensions"),
+                      TORCHINDUCTOR_CACHE_DIR=os.path.join(job_dir, "torchinductor"))
     if job["kind"] != "judge":  # the judge writes the first shared layer, the harness the second
         os.environ["TRITON_CACHE_DIR"] = os.path.join(job_dir, "triton_cache")
         # What the harness builds (launchers.py, kernel_cache.py), only where the worker cannot write it.
