@@ -15,6 +15,8 @@ helper by a public equivalent and keeps the kernels and the wrapper's logic as t
     libdevice, tl_math               -> triton.language.extra.libdevice, triton.language.math
     extern_kernels.mm/addmm/bmm/...  -> the torch op of the same name (the evaluator then decides
                                         whether torch compute is allowed: by default it is not)
+    triton_poi_fused_0 (kernel names) -> kb_poi_fused_0: on the GPU the evaluator takes kernels named as
+                                        Inductor names them for torch.compile's, which a candidate may not run
 
 Anything else internal is left untouched, so the evaluator rejects it and says why. The model is
 then trained on code that our evaluator accepts, which is what RL will ask it to write.
@@ -23,6 +25,8 @@ then trained on code that our evaluator accepts, which is what RL will ask it to
 from __future__ import annotations
 
 import ast
+
+from kbencheval.eval.contract.device_kernels import INDUCTOR_KERNEL_NAME
 
 # Public stand-ins for TorchInductor's runtime helpers, each added only where the code uses it.
 HELPERS = {
@@ -68,8 +72,21 @@ def _internal_import(node: ast.stmt) -> bool:
 class _Rewrite(ast.NodeTransformer):
     """Statements returning None are dropped; a list is spliced in place (NodeTransformer's rules)."""
 
-    def __init__(self):
+    def __init__(self, kernels_renamed: dict[str, str]):
         self.changed = False
+        self.kernels_renamed = kernels_renamed
+
+    def visit_FunctionDef(self, node):
+        if node.name in self.kernels_renamed:
+            self.changed = True
+            node.name = self.kernels_renamed[node.name]
+        return self.generic_visit(node)
+
+    def visit_Name(self, node):
+        if node.id in self.kernels_renamed:
+            self.changed = True
+            return ast.copy_location(ast.Name(self.kernels_renamed[node.id], node.ctx), node)
+        return node
 
     def _drop(self):
         self.changed = True
@@ -121,7 +138,9 @@ def normalise_inductor(source: str) -> str:
     """Inductor-style `source` on public APIs; source without Inductor helpers comes back unchanged."""
     tree = ast.parse(source)
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    rewrite = _Rewrite()
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    rewrite = _Rewrite({name: "kb_" + name.removeprefix("triton_") for name in defined
+                        if INDUCTOR_KERNEL_NAME.match(name) and "kb_" + name.removeprefix("triton_") not in names | defined})
     tree = rewrite.visit(tree)
     _fill_empty_bodies(tree)
     if not rewrite.changed:

@@ -148,7 +148,8 @@ def test_verify_on_gpu_kernelbook_and_sakana_cuda(tmp_path):
     """Both conversions on a real GPU: KernelBook Triton rows, and Sakana's CUDA code through load_inline."""
     kb = verify(VerifyConfig(source="kernelbook", path=str(write_kernelbook(tmp_path / "kb")),
                              out=str(tmp_path / "kb_out"), device="cuda"))
-    assert not kb["harness_errors"] and kb["status_counts"] == {"correct": 3, "incorrect": 1}
+    errors = [json.loads(line).get("error") for line in (tmp_path / "kb_out" / "verdicts.jsonl").read_text().splitlines()]
+    assert not kb["harness_errors"] and kb["status_counts"] == {"correct": 3, "incorrect": 1}, errors
     sk = verify(VerifyConfig(source="sakana", path=str(write_sakana(tmp_path / "sakana")),
                              out=str(tmp_path / "sk_out"), device="cuda"))
     verdict = json.loads((tmp_path / "sk_out" / "verdicts.jsonl").read_text().splitlines()[0])
@@ -159,11 +160,16 @@ def test_inductor_helpers_become_public_apis_and_the_row_verifies(tmp_path):
     """KernelBook's real Triton side is Inductor output (torch._inductor imports, torch._C guards,
     _DeviceGuard): as published it breaks the allowlist; normalised, the evaluator judges it correct."""
     from kbencheval.corpus.inductor import normalise_inductor
+    from kbencheval.eval.contract.device_kernels import kernel_violation
     from tests.data.corpus_fixtures import INDUCTOR_TRITON, inductor_row
 
     assert "torch._inductor" in static_check(INDUCTOR_TRITON).reason
     code = normalise_inductor(INDUCTOR_TRITON)
     assert static_check(code).ok and "torch._" not in code and "tl.maximum(tmp3, tmp2)" in code
+    # Inductor's kernel names would read as torch.compile's kernels on the GPU: renamed, calls included
+    assert "triton_poi_" not in code and code.count("kb_poi_fused_add_relu_0") == 2
+    assert kernel_violation(["kb_poi_fused_add_relu_0"], []) is None
+    assert kernel_violation(["triton_poi_fused_add_relu_0"], []) is not None
     assert normalise_inductor("import torch\nx = 1\n") == "import torch\nx = 1\n"  # nothing to rewrite
     kb = write_kernelbook(tmp_path / "kb", rows=[inductor_row()])
     stats = verify(VerifyConfig(source="kernelbook", path=str(kb), out=str(tmp_path / "v"), device="cpu"))

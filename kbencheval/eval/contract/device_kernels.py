@@ -30,6 +30,11 @@ CPP_NAME = re.compile(r"^_Z|::|[<(]")
 MEMORY_ONLY = re.compile(r"(at6native|at::native).*(FillFunctor|(direct|b?float(16|8)|bfloat16tofloat32)_copy_kernel_cuda"
                          r"|arange_cuda_out)")
 
+# torch.compile: Inductor names its Triton kernels triton_<category>_<fused ops>_<n>, the category cut to
+# three letters (pointwise, reduction, persistent_reduction, template, foreach, split_scan). A candidate's
+# own kernel with such a name is taken for torch.compile's (kbencheval/corpus/inductor.py renames them).
+INDUCTOR_KERNEL_NAME = re.compile(r"^triton_(poi|red|per|tem|for|spl|unk)_")
+
 # Library kernels with C linkage: plain names, which a candidate could also give its own kernel.
 PLAIN_LIBRARY_KERNELS = [
     # cuBLAS/cuBLASLt's generated GEMMs: nvjet (Hopper, Blackwell), xmma (Volta..Hopper; cuDNN's implicit
@@ -37,9 +42,7 @@ PLAIN_LIBRARY_KERNELS = [
     (re.compile(r"^(nvjet_|sm\d+_xmma_|xmma_|(maxwell|pascal|volta|turing|ampere|hopper|blackwell)_\w*gemm)"), "cuBLAS"),
     (re.compile(r"^cutlass"), "CUTLASS"),  # cutlass_80_tensorop_s1688gemm_* inside cuBLAS
     (re.compile(r"^cudnn"), "cuDNN"),  # cuDNN's runtime-fused kernels
-    # torch.compile: Inductor names its Triton kernels triton_<category>_<fused ops>_<n>, the category cut
-    # to three letters (pointwise, reduction, persistent_reduction, template, foreach, split_scan).
-    (re.compile(r"^triton_(poi|red|per|tem|for|spl|unk)_"), "torch.compile (Inductor)"),
+    (INDUCTOR_KERNEL_NAME, "torch.compile (Inductor)"),
 ]
 # Library kernels with C++ names. Matched in C++ names only: "flash_fwd" is a fair name for a Triton
 # kernel. For backend=triton every C++ kernel is rejected anyway; this table names its library, and is
