@@ -165,6 +165,8 @@ print(json.dumps(r)); json.dump(r, open(sys.argv[2], \"w\"), indent=2)" $runs/ti
       (cd "$learn/run" && tar czf "$work/learning_tb.tgz" $(ls -d sft/tb rl*/tb sft_continued/tb 2>/dev/null)) \
           2>/dev/null
       [ -d "$learn/run/plots" ] && tar czf "$work/learning_plots.tgz" -C "$learn/run" plots
+      # the machine's load beside the run: evaluations slowed tenfold in run 9 and nothing recorded why
+      { uptime; ps -eo pcpu,rss,etimes,args --sort=-pcpu | head -n 25 | cut -c1-200; } >> "$work/learning_load.txt"
       echo "== learning_status: $(tail -n 1 "$learn/log" 2>/dev/null || echo 'no run started')" ;;
     tests_start)
       rm -rf "$tests" && mkdir -p "$tests" && cp -a . "$tests/src"

@@ -55,6 +55,9 @@ class EvaluatorPoolConfig:
     cluster at ray_address: device=cpu puts cpu_evaluators actors, device=cuda one per GPU x evaluators_per_gpu)."""
     ray_address: str = ""
     """placement=ray: the cluster to join ("auto", "HOST:6379"); empty starts a Ray on this machine."""
+    dedupe: bool = False
+    """The same code for the same problem judged once, each sample getting a copy of the verdict (as RL rewards
+    are). Off: every sample is judged on its own, as a benchmark's samples should be."""
 
     def validate(self) -> None:
         if self.num_gpus < 0 or self.cpu_evaluators < 1 or self.evaluators_per_gpu < 1:
@@ -85,14 +88,14 @@ class EvaluatorPoolConfig:
             return f"Ray ({self.device}, {self.ray_address or 'local'})"
         return ", ".join(sorted(set(self.devices())))
 
-    def start_pool(self, eval_cfg, dedupe: bool = False):
-        """An EvaluatorPool placed as configured. dedupe=False: a benchmark judges every sample itself."""
+    def start_pool(self, eval_cfg):
+        """An EvaluatorPool placed as configured."""
         from kbencheval.eval.pool import EvaluatorPool
 
         if self.placement == "local":
-            return EvaluatorPool(eval_cfg, self.devices(), dedupe=dedupe)
+            return EvaluatorPool(eval_cfg, self.devices(), dedupe=self.dedupe)
         devices, options = self._ray_layout()
-        return EvaluatorPool(eval_cfg, devices, placement="ray", ray_options=options, dedupe=dedupe)
+        return EvaluatorPool(eval_cfg, devices, placement="ray", ray_options=options, dedupe=self.dedupe)
 
     def _ray_layout(self) -> tuple[list[str], list[dict]]:
         """One actor per evaluator, spread over the cluster's nodes."""

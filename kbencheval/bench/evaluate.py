@@ -126,6 +126,7 @@ def run_pool(todo: list, prepare, where: EvaluatorPoolConfig, eval_cfg: EvalConf
             with where.start_pool(eval_cfg) as pool:
                 pool.evaluate([(job.problem, job.text, job.backend) for job in to_judge],
                               on_result=lambda i, result: record(to_judge[i], result))
+                stats["shared_verdicts"] = pool.deduplicated
 
 
 def evaluate_run(cfg: EvalRunConfig) -> dict:
@@ -171,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         require(cfg.run_name, "set run_name=NAME: the run folder written by `kbench generate`")
         stats = evaluate_run(cfg)
         counts = ", ".join(f"{s} {n}" for s, n in stats["status_counts"].most_common()) or "nothing new"
-        console.print(f"{cfg.run_name}: evaluated {stats['evaluated']} ({counts}); "
+        shared = f", {stats['shared_verdicts']} of them copies of a verdict on the same code" \
+            if stats.get("shared_verdicts") else ""
+        console.print(f"{cfg.run_name}: evaluated {stats['evaluated']} ({counts}{shared}); "
                       f"{stats['skipped']} were already in {RESULTS}")
         for err in stats["harness_errors"][:10]:
             console.print(f"[red]harness error (sample not recorded; rerun to retry): {err}[/]")

@@ -205,3 +205,16 @@ def test_unreadable_generation_is_retried_not_recorded(tmp_path):
     assert evaluate.main(["run_name=r", f"runs_dir={tmp_path}", "device=cpu"]) == 1
     records, _ = read_results(tmp_path / "r" / "results.jsonl")
     assert list(records) == [("L1_1_ReLU", 0)] and records[("L1_1_ReLU", 0)]["status"] == "correct"
+
+
+def test_dedupe_judges_the_same_code_once_and_records_every_sample(tmp_path):
+    from kbencheval.bench.evaluate import EvalRunConfig, evaluate_run
+
+    args = ["generate", "run_name=r", f"runs_dir={tmp_path}", "subset=[1]", "server_type=reference", "num_samples=3"]
+    assert kbench(*args).returncode == 0  # the reference server writes the same solution three times
+    cfg = EvalRunConfig(run_name="r", runs_dir=str(tmp_path), device="cpu", dedupe=True)
+    stats = evaluate_run(cfg)
+    assert stats["evaluated"] == 3 and stats["shared_verdicts"] == 2
+    records, _ = read_results(tmp_path / "r" / "results.jsonl")
+    assert sorted(records) == [("L1_1_ReLU", 0), ("L1_1_ReLU", 1), ("L1_1_ReLU", 2)]
+    assert {r["status"] for r in records.values()} == {"correct"}
