@@ -37,8 +37,8 @@ def _unknown_key(key: str, cls: type, where: str, hidden: dict | None = None) ->
     parent, _, name = key.rpartition(".")
     prefix = f"{parent}." if parent else ""
     if name in getattr(cls, "RENAMED", {}):  # a key users may still have in a config or a command
-        return ConfigError(f"config key '{key}' in {where} was renamed '{prefix}{cls.RENAMED[name]}' (a 'worker' is "
-                           "only a candidate's process now): set that instead")
+        return ConfigError(f"config key '{key}' in {where} was renamed '{prefix}{cls.RENAMED[name]}' so that each word "
+                           "has one meaning (docs/architecture.md): set that instead")
     names = [f.name for f in dataclasses.fields(cls) if f.name not in (hidden or {})]
     close = difflib.get_close_matches(name, names, n=1)
     hint = f" (did you mean '{prefix}{close[0]}'?)" if close else \

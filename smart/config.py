@@ -96,6 +96,7 @@ class DataConfig:
 
 @dataclasses.dataclass(kw_only=True)
 class RolloutConfig:
+    RENAMED = {"backend": "kernel_language"}  # "backend" is the training backend only
     prompts_per_step: int = 2
     """Problems per RL step; each becomes one GRPO group."""
     n_samples_per_prompt: int = 4
@@ -105,8 +106,8 @@ class RolloutConfig:
     top_p: float = 1.0
     """< 1 only for rollout_only runs: training on top-p samples would be off-policy (refused)."""
     max_new_tokens: int = 256
-    backend: str = "triton"
-    """Kernel language asked for in the prompt and checked by the evaluator."""
+    kernel_language: str = "triton"
+    """triton | cuda: asked for in the prompt and checked by the evaluator (kbencheval's backend=)."""
     prompt_style: str = "one_shot"
     """zero_shot | one_shot | few_shot | raicl (examples retrieved from raicl_index)."""
     raicl_index: str = ""
@@ -328,13 +329,15 @@ class RLConfig:
 class SFTConfig:
     """`smart sft configs/sft_tiny_cpu.yaml [key=value ...]`"""
 
+    RENAMED = {"kernel_backend": "kernel_language"}
+
     model_path: str = ""
     out_dir: str = "runs/sft"
     num_steps: int = 4
     batch_size: int = 4
     """Conversations per optimizer step."""
-    kernel_backend: str = "triton"
-    """Kernel language of the prompts built for problems (data.sft_jsonl rows bring their own)."""
+    kernel_language: str = "triton"
+    """triton | cuda: asked for in the prompts built for problems (data.sft_jsonl rows bring their own)."""
     prompt_style: str = "one_shot"
     save_every: int = 0
     keep_last_n: int = 2

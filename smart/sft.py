@@ -32,7 +32,7 @@ def train_sft(cfg: SFTConfig) -> dict:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
-    convs = load_sft_conversations(cfg.data, cfg.kernel_backend, cfg.prompt_style)
+    convs = load_sft_conversations(cfg.data, cfg.kernel_language, cfg.prompt_style)
     samples = [conversation_to_sample(tokenizer, messages, i) for i, messages in enumerate(convs)]
 
     seed_everything(cfg.seed)

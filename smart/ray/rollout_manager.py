@@ -41,7 +41,7 @@ class RolloutManager:
         from kbencheval.prompts import feedback_message, prompt_builder
 
         self.cfg, self.rc = cfg, cfg.rollout
-        self.build_prompt = prompt_builder(backend=self.rc.backend, style=self.rc.prompt_style,
+        self.build_prompt = prompt_builder(backend=self.rc.kernel_language, style=self.rc.prompt_style,
                                            raicl_index=self.rc.raicl_index, raicl_k=self.rc.raicl_k,
                                            raicl_model=self.rc.raicl_model)
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
@@ -82,7 +82,7 @@ class RolloutManager:
     def _evaluate(self, items: list[tuple[str, str]]) -> list[EvalResult]:
         t0 = time.perf_counter()
         jobs = [(self.data.by_key[key], text) for key, text in items]
-        results = self.pool.evaluate(jobs, self.rc.backend)
+        results = self.pool.evaluate(jobs, self.rc.kernel_language)
         self.eval_seconds += time.perf_counter() - t0
         return results
 

@@ -104,7 +104,7 @@ def conversation_to_sample(tokenizer, messages: list[dict], index: int = 0) -> S
     )
 
 
-def load_sft_conversations(cfg: DataConfig, backend: str, prompt_style: str) -> list[list[dict]]:
+def load_sft_conversations(cfg: DataConfig, kernel_language: str, prompt_style: str) -> list[list[dict]]:
     """JSONL of {"messages": [...]} rows, a dataset's `messages` column, or each problem's prompt plus
     its reference solution."""
     if cfg.sft_dataset:
@@ -126,7 +126,7 @@ def load_sft_conversations(cfg: DataConfig, backend: str, prompt_style: str) -> 
     for problem in DataSource(cfg).train:
         if problem.solution_source:
             answer = f"```python\n{problem.solution_source.strip()}\n```"
-            convs.append(build_prompt(problem.source, backend=backend, style=prompt_style) + [{"role": "assistant", "content": answer}])
+            convs.append(build_prompt(problem.source, backend=kernel_language, style=prompt_style) + [{"role": "assistant", "content": answer}])
     if not convs:
         raise ConfigError("no problem has a reference solution; set data.sft_jsonl or use data.source=bundled")
     return convs

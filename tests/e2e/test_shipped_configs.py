@@ -38,13 +38,13 @@ def test_learning_config_splits_and_validates(path, tmp_path):
 
 @pytest.mark.parametrize("path", [p for p in CONFIGS if p.name.startswith("sft_")], ids=lambda p: p.name)
 def test_sft_config_builds_its_conversations(path):
-    # SFT prompts ask for the kernel language (kernel_backend), not the training backend (backend: torch)
+    # SFT prompts ask for the kernel language (kernel_language), not the training backend (backend: torch)
     from smart.rollout.data import load_sft_conversations
 
     cfg = load_config(SFTConfig, path, [])
     if cfg.data.sft_jsonl:
         pytest.skip("reads a JSONL the run makes")
-    convs = load_sft_conversations(cfg.data, cfg.kernel_backend, cfg.prompt_style)
+    convs = load_sft_conversations(cfg.data, cfg.kernel_language, cfg.prompt_style)
     assert convs and "Triton" in convs[0][0]["content"] and convs[0][-1]["role"] == "assistant"
 
 
