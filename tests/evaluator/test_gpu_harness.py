@@ -180,12 +180,12 @@ def test_a_candidate_that_ran_out_of_device_memory_is_run_again_once_every_reser
 def test_the_next_candidate_gets_a_worker_forked_before_it_was_known(gpu_eval):
     """launch.py: after a candidate, its Evaluator forks the next one's worker (CUDA context, imports)."""
     gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
-    spare = gpu_eval._spare
-    assert spare is not None
+    forked = gpu_eval.spare_forked_at()
+    assert forked is not None
     result = gpu_eval.evaluate(RELU, "```python\n" + RELU.solution_source + "```")
     assert result.status == Status.CORRECT, result.error
     memory = result.checks["device_gate"]["memory"]
-    assert memory["worker_forked"] == spare.forked < memory["worker_started"], memory
+    assert memory["worker_forked"] == forked < memory["worker_started"], memory
 
 
 def test_workers_and_judges_sleep_while_they_wait_for_the_device():

@@ -11,17 +11,32 @@ namespace (the judge's) to stall, signal or read it.
 
 from __future__ import annotations
 
+import dataclasses
 import select
 import shutil
 import socket
 import struct
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kbencheval.eval.contract.protocol import Assign, CandidateJob, decode, encode
 from kbencheval.eval.processes.server import HarnessError
 from kbencheval.eval.processes.lifecycle import kill_group, wait_gone
+
+
+@dataclasses.dataclass(frozen=True)
+class ForkClient:
+    """What a worker's launch needs of its Evaluator, and nothing else: where job folders go, the settings a
+    worker starts with, and the fork server's spawn and sweep (the Evaluator's processes hold the rest)."""
+
+    scratch: str
+    cfg: Any  # the Evaluator's EvalConfig
+    spawn: Callable[[dict, float], tuple]  # (job shell, deadline) -> (pid, Conn)
+    next_job: Callable[[], int]  # the next job folder's number
+    sweep: Callable[[], None]  # kill whatever a finished worker left, the judge excepted
 
 
 def accept_from(listener: socket.socket, pids: set[int], until: float) -> socket.socket:
@@ -89,14 +104,14 @@ class Conn:
 class Worker:
     """A forked worker process in its own job folder, connected and waiting for its candidate."""
 
-    def __init__(self, ev, counter: int):
-        self.ev = ev
-        self.job_dir = tempfile.mkdtemp(prefix=f"job{counter}-", dir=ev._scratch)
+    def __init__(self, forks: ForkClient):
+        self.job_dir = tempfile.mkdtemp(prefix=f"job{forks.next_job()}-", dir=forks.scratch)
         self.forked = time.monotonic()
-        shell = {"kind": "candidate", "job_dir": self.job_dir, "device": ev.cfg.device_index,
-                 "memory_limit_bytes": int(ev.cfg.memory_limit_gb * 2**30) if ev.cfg.on_cpu else 0}
+        cfg = forks.cfg
+        shell = {"kind": "candidate", "job_dir": self.job_dir, "device": cfg.device_index,
+                 "memory_limit_bytes": int(cfg.memory_limit_gb * 2**30) if cfg.on_cpu else 0}
         try:
-            self.pid, self.conn = ev._spawn(shell, self.forked + 120)
+            self.pid, self.conn = forks.spawn(shell, self.forked + 120)
         except BaseException:
             shutil.rmtree(self.job_dir, ignore_errors=True)
             raise
@@ -119,8 +134,8 @@ class Launch:
     is registered, or right away on the CPU), then given its job. An error while starting is kept for
     `_run_candidate` to turn into a verdict."""
 
-    def __init__(self, ev, job: CandidateJob, code: str, tolerance: dict, spare: Worker | None):
-        self.ev, self.job, self.code, self.tolerance = ev, job, code, tolerance
+    def __init__(self, forks: ForkClient, job: CandidateJob, code: str, tolerance: dict, spare: Worker | None):
+        self.forks, self.job, self.code, self.tolerance = forks, job, code, tolerance
         self.worker = spare
         self.started: float | None = None  # when the job was sent
         self.error: Exception | None = None
@@ -146,11 +161,11 @@ class Launch:
                 self.worker.kill()  # died meanwhile (e.g. with its judge's PID namespace): fork another
                 self.worker = None
             if self.worker is None:
-                self.worker = Worker(self.ev, self.ev._next_job())
+                self.worker = Worker(self.forks)
             self.job.job_dir = self.worker.job_dir
             self.job.candidate_file = str(Path(self.job.job_dir) / "candidate.py")
             Path(self.job.candidate_file).write_text(self.code)
-            self.conn.deadline = self.started + self.ev.cfg.timeout_s
+            self.conn.deadline = self.started + self.forks.cfg.timeout_s
             self.conn.send(Assign(job=self.job.to_dict()))
         except (HarnessError, TimeoutError, OSError) as e:
             self.error = e if isinstance(e, (HarnessError, TimeoutError)) else \
@@ -179,7 +194,7 @@ class Launch:
             return
         self.worker.stop()
         try:
-            self.ev._server.call(op="sweep", keep=[self.ev._judge_pid] if self.ev._judge_pid else [])
+            self.forks.sweep()
         except HarnessError:
             pass  # the fork server died: _ensure_server starts a new one before the next candidate
         shutil.rmtree(self.worker.job_dir, ignore_errors=True)  # after the sweep: nothing writes there now

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kbencheval.eval.contract.errors import tail
 from kbencheval.eval.contract.protocol import Compare, JudgeJob, JudgeReply, Prepare, Prepared, Release, decode_reply
-from kbencheval.eval.processes.launch import Conn, Worker, accept_from
+from kbencheval.eval.processes.launch import Conn, ForkClient, Worker, accept_from
 from kbencheval.eval.processes.lifecycle import kill_group
 from kbencheval.eval.processes.server import HarnessError, _Server
 from kbencheval.eval.sharing.sizing import CUDA_CONTEXT_BYTES
@@ -36,6 +36,10 @@ class EvaluatorProcesses:
         spare = self._spare if self._spare is not None and not self._spare.conn.closed_by_peer() else None
         return {"fork_server": self._server.proc.pid, "judge": self._judge_init,
                 "spare": spare.pid if spare is not None else None}
+
+    def spare_forked_at(self) -> float | None:
+        """When the spare worker for the next candidate was forked (its `forked` clock), None while there is none."""
+        return self._spare.forked if self._spare is not None else None
 
     def fork_server_alive(self) -> bool:
         return self._server.proc.poll() is None
@@ -75,6 +79,15 @@ class EvaluatorProcesses:
         self.restarts["fork_server"] += 1
         self._restarted = {"fork_server": why, "seconds": round(time.monotonic() - t0, 3)}
 
+    @property
+    def forks(self) -> ForkClient:
+        """The narrow handle a worker's launch gets (processes/launch.py), not this whole Evaluator."""
+        return ForkClient(scratch=self._scratch, cfg=self.cfg, spawn=self._spawn, next_job=self._next_job,
+                          sweep=self._sweep)
+
+    def _sweep(self) -> None:
+        self._server.call(op="sweep", keep=[self._judge_pid] if self._judge_pid else [])
+
     def _next_job(self) -> int:
         self._job_counter += 1
         return self._job_counter
@@ -87,7 +100,7 @@ class EvaluatorProcesses:
         if self._spare is not None or self._judge is None:
             return
         try:
-            self._spare = Worker(self, self._next_job())
+            self._spare = Worker(self.forks)
         except (HarnessError, TimeoutError):
             return  # the next candidate forks its own, and reports what fails then
         if not self.cfg.on_cpu:

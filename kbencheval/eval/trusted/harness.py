@@ -258,7 +258,7 @@ class Evaluator(EvaluatorProcesses):
         tolerance = dict(problem.tolerance)
         tolerance.update({k: v for k, v in (("atol", cfg.atol), ("rtol", cfg.rtol)) if v is not None})
         spare, self._spare = self._spare, None
-        return Launch(self, job, code, tolerance, spare)
+        return Launch(self.forks, job, code, tolerance, spare)
 
     def _run_candidate(self, launch: Launch, seeds: RunSeeds, trials: list, checks: dict) -> EvalResult:
         """Runs the candidate's session; its worker was given its job before its memory reservation, or
