@@ -37,6 +37,8 @@
 #                   keep making calls until it is done; carry runs/learn_gpu_synth.tgz to skip synth;
 #                   LEARNING_OVERRIDES="synth.solution_style=inline sft.num_steps=1200" passes key=values
 #   learning_status how far the detached learning run is; copies its summary when done
+#   agreement       after learning_start's GRPO: the last rollouts' distinct kernels judged by the interpreter,
+#                   GPU Evaluators with timing off, and the full GPU evaluator: samples/s, agreement (400)
 #   tests_start     every gpu-marked test under GPU_TESTS_PATHS (default: the evaluator's, the adversarial
 #                   suites, data, tensor payloads), detached like learning_start, on GPU_TESTS_DEVICE (default 1: beside a
 #                   learning run's SFT, which takes GPU 0); the timing-sensitive files run first
@@ -53,7 +55,7 @@
 set -u
 out=${1:?usage: bash benchmarks/gpu_pending.sh OUT_DIR STEP [STEP ...]}
 shift
-[ $# -gt 0 ] || { sed -n '2,52p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,54p' "$0"; exit 2; }
 py=${PYTHON:-python3}
 work="$out/work"
 mkdir -p "$work"
@@ -168,6 +170,9 @@ print(json.dumps(r)); json.dump(r, open(sys.argv[2], \"w\"), indent=2)" $runs/ti
       # the machine's load beside the run: evaluations slowed tenfold in run 9 and nothing recorded why
       { uptime; ps -eo pcpu,rss,etimes,args --sort=-pcpu | head -n 25 | cut -c1-200; } >> "$work/learning_load.txt"
       echo "== learning_status: $(tail -n 1 "$learn/log" 2>/dev/null || echo 'no run started')" ;;
+    agreement) run agreement 400 "$py" benchmarks/reward_agreement.py "$learn/run/rl/rollouts" \
+        --problems "$learn/run/synth/train" --limit 200 --out "$work/reward_agreement.json"
+      tail -n 8 "$work/agreement.log" ;;
     tests_start)
       rm -rf "$tests" && mkdir -p "$tests" && cp -a . "$tests/src"
       timing_first="tests/evaluator/test_gpu_timer.py tests/evaluator/test_timing_paths.py"

@@ -200,6 +200,13 @@ class EvaluatorPool:
         idle.append(run.host)
         deliver(run.job, verdict)
 
+    def wait_ready(self) -> None:
+        """Blocks until every host's Evaluators have started, or raises the first start's error (a benchmark
+        then times judging alone; `evaluate` does not need it)."""
+        concurrent.futures.wait([host.ready for host in self.hosts], timeout=self.host_start_timeout_s)
+        for host in self.hosts:
+            host.ready.result(timeout=0)
+
     def metrics(self) -> dict[str, float]:
         """Over the pool's life: hosts replaced, shared verdicts, and the processes each Evaluator
         restarted after they died."""
