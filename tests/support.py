@@ -100,7 +100,7 @@ def out_of_memory_once(real_call, kind: type, calls: list):
     """An Evaluator's judge call that answers its first `kind` request as a full device does; `calls`
     gets the monotonic time of each `kind` request."""
 
-    from kbencheval.eval.contract.protocol import REPLIES
+    from kbencheval.eval.contract.judge_replies import REPLIES
 
     def judge_call(msg):
         if isinstance(msg, kind):

@@ -14,8 +14,8 @@ import torch
 from kbencheval.eval import EvalConfig
 from kbencheval.eval.contract.inputs import STRESS, make_inputs, stress_names
 from kbencheval.eval.trusted.compare import check_items, compare
-from kbencheval.eval.contract.protocol import (Failure, OutputItem, Outputs, ProtocolError, Ready, RunPhase, Status, Trial, decode,
-                                      encode)
+from kbencheval.eval.contract.protocol import (Failure, OutputItem, Outputs, ProtocolError, Ready, RunPhase, Status,
+                                               Trial, decode, encode)
 from kbencheval.eval.contract.seeds import STRESS_NAMES, RunSeeds
 
 
@@ -314,7 +314,8 @@ def test_one_evaluator_that_cannot_start_closes_the_others(monkeypatch):
 
 def test_the_judge_lets_go_of_a_problem_when_asked():
     from kbencheval.eval.trusted.judge import Judge
-    from kbencheval.eval.contract.protocol import JudgeReply, Prepare, Release, TimeReference, TimingSpec, encode
+    from kbencheval.eval.contract.protocol import Prepare, Release, TimeReference, TimingSpec, encode
+    from kbencheval.eval.contract.judge_replies import JudgeReply
 
     source = (Path(__file__).resolve().parents[2] / "kbencheval/problems/level1/1_ReLU.py").read_text()
     judge = Judge(torch.device("cpu"))
@@ -410,9 +411,9 @@ def test_a_recomputed_output_may_round_differently_but_not_be_computed_different
 
 
 def test_every_judge_reply_is_typed_and_crosses_the_pipe_whole():
-    from kbencheval.eval.contract.protocol import (Compare, Compared, JudgeReply, Prepare, Prepared, ReferenceTimed,
-                                                   Release, TimeReference, TimingSpec, TrialVerdict, decode_reply,
-                                                   encode_reply)
+    from kbencheval.eval.contract.protocol import Compare, Prepare, Release, TimeReference, TimingSpec
+    from kbencheval.eval.contract.judge_replies import (Compared, JudgeReply, Prepared, ReferenceTimed, TrialVerdict,
+                                                        decode_reply, encode_reply)
 
     sent = [(Prepare(problem_source="", sizes={}, model_seeds={}, trials=[]),
              Prepared(device_name="cpu", output_bytes=[64], input_bytes=32, not_finite=["s3"], reserved_bytes=None)),

@@ -14,7 +14,7 @@ from kbencheval.eval.contract.protocol import Trial
 
 def test_a_candidate_reserves_what_its_reference_needs_on_the_device():
     from kbencheval.eval import EvalConfig
-    from kbencheval.eval.contract.protocol import Prepared
+    from kbencheval.eval.contract.judge_replies import Prepared
     from kbencheval.eval.sharing.sizing import CUDA_CONTEXT_BYTES, device_bytes_needed
 
     gb = 1 << 30

@@ -4,7 +4,8 @@ their peak, estimated from what the judge measured for the reference."""
 from __future__ import annotations
 
 from kbencheval.eval.config import EvalConfig
-from kbencheval.eval.contract.protocol import Prepared, judge_keeps_outputs
+from kbencheval.eval.contract.protocol import judge_keeps_outputs
+from kbencheval.eval.contract.judge_replies import Prepared
 from kbencheval.eval.sharing.rounds import timed_outputs_per_request
 from kbencheval.eval.contract.seeds import STRESS_NAMES
 

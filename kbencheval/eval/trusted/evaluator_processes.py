@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from kbencheval.eval.contract.errors import tail
-from kbencheval.eval.contract.protocol import Compare, JudgeJob, JudgeReply, Prepare, Prepared, Release, decode_reply
+from kbencheval.eval.contract.protocol import Compare, JudgeJob, Prepare, Release
+from kbencheval.eval.contract.judge_replies import JudgeReply, Prepared, decode_reply
 from kbencheval.eval.processes.launch import Conn, ForkClient, Worker, accept_from
 from kbencheval.eval.processes.lifecycle import kill_group
 from kbencheval.eval.processes.server import HarnessError, _Server

@@ -19,9 +19,10 @@ from kbencheval.eval.contract.errors import short_error
 from kbencheval.eval.contract.inputs import (as_tensor_list, build_model, device_name, digest_bounds_queued, digests_match,
                                     load_problem_module, make_inputs, output_digest, pin_global_flags, sync)
 from kbencheval.eval.sharing.parts import Parts
-from kbencheval.eval.contract.protocol import (REPLIES, Channel, Compare, Compared, JudgeJob, JudgeReply, Prepare,
-                                               Prepared, ProtocolError, ReferenceTimed, Release, TimeReference, Trial,
-                                               TrialVerdict, encode_reply, judge_keeps_outputs)
+from kbencheval.eval.contract.protocol import (Channel, Compare, JudgeJob, Prepare, ProtocolError, Release,
+                                               TimeReference, Trial, judge_keeps_outputs)
+from kbencheval.eval.contract.judge_replies import (REPLIES, Compared, JudgeReply, Prepared, ReferenceTimed,
+                                                    TrialVerdict, encode_reply)
 from kbencheval.eval.contract.timing import Timer, measure_bandwidth_gbs
 from kbencheval.eval.contract.transfer import import_tensors
 from kbencheval.eval.trusted.compare import Readback, check_items, queue_outputs, verdicts

@@ -9,7 +9,8 @@ import statistics
 import time
 
 from kbencheval.eval.contract.device_kernels import check_report, kernel_violation
-from kbencheval.eval.contract.protocol import Outputs, ProtocolError, ReferenceTimed, RunPhase, TimeReference, Trial
+from kbencheval.eval.contract.protocol import Outputs, ProtocolError, RunPhase, TimeReference, Trial
+from kbencheval.eval.contract.judge_replies import ReferenceTimed
 from kbencheval.eval.contract.seeds import RunSeeds
 from kbencheval.eval.result import EvalResult, Status, TimingStats
 from kbencheval.eval.sharing.parts import add_parts
