@@ -40,8 +40,9 @@
 #   agreement       after learning_start's GRPO: the last rollouts' distinct kernels judged by the interpreter,
 #                   GPU Evaluators with timing off, and the full GPU evaluator: samples/s, agreement (400)
 #   tests_start     every gpu-marked test under GPU_TESTS_PATHS (default: the evaluator's, the adversarial
-#                   suites, data, tensor payloads), detached like learning_start, on GPU_TESTS_DEVICE (default 1: beside a
-#                   learning run's SFT, which takes GPU 0); the timing-sensitive files run first
+#                   suites, data, tensor payloads), detached like learning_start, on GPU_TESTS_DEVICE (default 1);
+#                   the timing-sensitive files run first. Not beside a learning run: in run 9 the run's
+#                   evaluations slowed tenfold while both shared the CPU cores
 #   tests_status    how far the detached tests are; copies their log and junit XML
 # A machine is held at most 30 minutes and goes back after 30 s idle: chain the calls. Step times on one
 # H100, for planning: gpu_tests ~500 s, check_latency ~100 s, corpus ~220 s, megatron ~350 s, suite_trusted
