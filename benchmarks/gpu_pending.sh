@@ -41,8 +41,8 @@
 #                   GPU Evaluators with timing off, and the full GPU evaluator: samples/s, agreement (400)
 #   tests_start     every gpu-marked test under GPU_TESTS_PATHS (default: the evaluator's, the adversarial
 #                   suites, data, tensor payloads), detached like learning_start, on GPU_TESTS_DEVICE (default 1);
-#                   the timing-sensitive files run first. Not beside a learning run: in run 9 the run's
-#                   evaluations slowed tenfold while both shared the CPU cores
+#                   the timing-sensitive files run first. Not beside a learning run: with them beside it, run 9's
+#                   evaluations judged ten times slower than run 8's (the cause was not recorded)
 #   tests_status    how far the detached tests are; copies their log and junit XML
 # A machine is held at most 30 minutes and goes back after 30 s idle: chain the calls. Step times on one
 # H100, for planning: gpu_tests ~500 s, check_latency ~100 s, corpus ~220 s, megatron ~350 s, suite_trusted
