@@ -94,9 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := sorted(set(modes) - set(MODES)):
         ap.error(f"unknown mode {unknown[0]!r}: choose from {', '.join(MODES)}")
 
-    from kbencheval.dataset import load_problems
+    from kbencheval.dataset import ProblemError, load_problems
 
-    problems = {p.key: p for p in load_problems("local", args.level, path=str(args.problems))}
+    try:
+        problems = {p.key: p for p in load_problems("local", args.level, path=str(args.problems))}
+    except ProblemError as e:
+        raise SystemExit(f"reward_agreement: --problems: {e}") from None
     candidates = distinct_candidates(args.rollouts, args.steps, args.limit)
     missing = sorted({c["key"] for c in candidates} - set(problems))
     if missing:

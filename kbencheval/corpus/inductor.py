@@ -139,8 +139,8 @@ def normalise_inductor(source: str) -> str:
     tree = ast.parse(source)
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
-    rewrite = _Rewrite({name: "kb_" + name.removeprefix("triton_") for name in defined
-                        if INDUCTOR_KERNEL_NAME.match(name) and "kb_" + name.removeprefix("triton_") not in names | defined})
+    renamed = {name: "kb_" + name.removeprefix("triton_") for name in defined if INDUCTOR_KERNEL_NAME.match(name)}
+    rewrite = _Rewrite({old: new for old, new in renamed.items() if new not in names | defined})  # no clash
     tree = rewrite.visit(tree)
     _fill_empty_bodies(tree)
     if not rewrite.changed:
