@@ -44,6 +44,11 @@
 #                   the timing-sensitive files run first. Not beside a learning run: with them beside it, run 9's
 #                   evaluations judged ten times slower than run 8's (the cause was not recorded)
 #   tests_status    how far the detached tests are; copies their log and junit XML
+#   suite_compare_start  the bundled suite (trusted timing, 1 pass, cold caches) in this tree and in the trees
+#                   carried as runs/suite_NAME.tgz (git archive of an earlier revision), one after another on
+#                   SUITE_DEVICE (default 0), this tree first and last: candidates/min and overhead side by side
+#                   (SUITE_ARGS replaces "--device cuda --passes 1", e.g. for a CPU smoke run)
+#   suite_compare_status  how far it is; copies each run's JSON (work/suite_compare_NAME_I.json)
 # A machine is held at most 30 minutes and goes back after 30 s idle: chain the calls. Step times on one
 # H100, for planning: gpu_tests ~500 s, check_latency ~100 s, corpus ~220 s, megatron ~350 s, suite_trusted
 # ~450 s, suite_events ~200 s, suite_4w ~200-250 s, async ~220 s, the learning run ~25 minutes of stages.
@@ -56,11 +61,12 @@
 set -u
 out=${1:?usage: bash benchmarks/gpu_pending.sh OUT_DIR STEP [STEP ...]}
 shift
-[ $# -gt 0 ] || { sed -n '2,54p' "$0"; exit 2; }
+[ $# -gt 0 ] || { awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 2; }
 py=${PYTHON:-python3}
 work="$out/work"
 mkdir -p "$work"
 export PYTHONUNBUFFERED=1
+compare=/tmp/tritonforge_suite_compare  # the detached before/after suite runs
 learn=/tmp/tritonforge_learning  # the detached run lives outside $OUT, which each call empties
 tests=/tmp/tritonforge_gpu_tests  # the detached tests, likewise
 
@@ -185,6 +191,33 @@ print(json.dumps(r)); json.dump(r, open(sys.argv[2], \"w\"), indent=2)" $runs/ti
     tests_status)
       cp "$tests/log" "$work/gpu_tests.log" 2>/dev/null; cp "$tests/junit.xml" "$work/gpu_tests_junit.xml" 2>/dev/null
       echo "== tests_status: $(tail -n 1 "$tests/log" 2>/dev/null || echo 'no tests started')" ;;
+    suite_compare_start)
+      rm -rf "$compare" && mkdir -p "$compare/head" && cp -a . "$compare/head"
+      trees="head"
+      for archive in runs/suite_*.tgz; do
+        [ -f "$archive" ] || continue
+        name=$(basename "$archive" .tgz); name=${name#suite_}
+        mkdir -p "$compare/$name" && tar xzf "$archive" -C "$compare/$name" && trees="$trees $name"
+      done
+      case $py in */*) py_abs=$(cd "$(dirname "$py")" && pwd)/$(basename "$py") ;; *) py_abs=$py ;; esac
+      # each run in its own Triton and Inductor caches: every revision compiles from cold
+      (cd "$compare" && CUDA_VISIBLE_DEVICES=${SUITE_DEVICE:-0} PY=$py_abs ARGS=${SUITE_ARGS:---device cuda --passes 1} setsid nohup bash -c '
+          i=0
+          for tree in '"$trees"' head; do
+            i=$((i + 1)); caches=$(mktemp -d)
+            echo "== $(date -u +%T) run $i: $tree"
+            (cd "$tree" && TRITON_CACHE_DIR=$caches/triton TORCHINDUCTOR_CACHE_DIR=$caches/inductor timeout 500 \
+                "$PY" benchmarks/eval_harness.py $ARGS --out "../result_${tree}_$i.json" \
+                > "../log_${tree}_$i.txt" 2>&1)
+            echo "== $(date -u +%T) run $i: $tree exit $?"
+          done
+          echo "suite_compare done"' > "$compare/log" 2>&1 &)
+      echo "== suite_compare_start: $trees head on GPU ${SUITE_DEVICE:-0}" ;;
+    suite_compare_status)
+      for f in "$compare"/result_*.json; do [ -f "$f" ] && cp "$f" "$work/suite_compare_$(basename "$f" | cut -c8-)"; done
+      cp "$compare/log" "$work/suite_compare.log" 2>/dev/null
+      tail -n 2 "$compare"/log_*.txt > "$work/suite_compare_tails.txt" 2>/dev/null
+      echo "== suite_compare_status: $(tail -n 1 "$compare/log" 2>/dev/null || echo 'not started')" ;;
     *) echo "unknown step '$step'; steps are listed at the top of $0"; exit 2 ;;
   esac
 done
