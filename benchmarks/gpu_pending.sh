@@ -47,7 +47,8 @@
 #   suite_compare_start  the bundled suite (trusted timing, 1 pass, cold caches) in this tree and in the trees
 #                   carried as runs/suite_NAME.tgz (git archive of an earlier revision), one after another on
 #                   SUITE_DEVICE (default 0), this tree first and last: candidates/min and overhead side by side
-#                   (SUITE_ARGS replaces "--device cuda --passes 1", e.g. for a CPU smoke run)
+#                   (SUITE_ORDER="head before43 before43 head" sets the order; SUITE_ARGS replaces
+#                   "--device cuda --passes 1", e.g. for a CPU smoke run)
 #   suite_compare_status  how far it is; copies each run's JSON (work/suite_compare_NAME_I.json)
 # A machine is held at most 30 minutes and goes back after 30 s idle: chain the calls. Step times on one
 # H100, for planning: gpu_tests ~500 s, check_latency ~100 s, corpus ~220 s, megatron ~350 s, suite_trusted
@@ -199,11 +200,12 @@ print(json.dumps(r)); json.dump(r, open(sys.argv[2], \"w\"), indent=2)" $runs/ti
         name=$(basename "$archive" .tgz); name=${name#suite_}
         mkdir -p "$compare/$name" && tar xzf "$archive" -C "$compare/$name" && trees="$trees $name"
       done
+      order=${SUITE_ORDER:-$trees head}
       case $py in */*) py_abs=$(cd "$(dirname "$py")" && pwd)/$(basename "$py") ;; *) py_abs=$py ;; esac
       # each run in its own Triton and Inductor caches: every revision compiles from cold
       (cd "$compare" && CUDA_VISIBLE_DEVICES=${SUITE_DEVICE:-0} PY=$py_abs ARGS=${SUITE_ARGS:---device cuda --passes 1} setsid nohup bash -c '
           i=0
-          for tree in '"$trees"' head; do
+          for tree in '"$order"'; do
             i=$((i + 1)); caches=$(mktemp -d)
             echo "== $(date -u +%T) run $i: $tree"
             (cd "$tree" && TRITON_CACHE_DIR=$caches/triton TORCHINDUCTOR_CACHE_DIR=$caches/inductor timeout 500 \
@@ -212,7 +214,7 @@ print(json.dumps(r)); json.dump(r, open(sys.argv[2], \"w\"), indent=2)" $runs/ti
             echo "== $(date -u +%T) run $i: $tree exit $?"
           done
           echo "suite_compare done"' > "$compare/log" 2>&1 &)
-      echo "== suite_compare_start: $trees head on GPU ${SUITE_DEVICE:-0}" ;;
+      echo "== suite_compare_start: $order on GPU ${SUITE_DEVICE:-0}" ;;
     suite_compare_status)
       for f in "$compare"/result_*.json; do [ -f "$f" ] && cp "$f" "$work/suite_compare_$(basename "$f" | cut -c8-)"; done
       cp "$compare/log" "$work/suite_compare.log" 2>/dev/null
