@@ -139,3 +139,37 @@ def test_checkpoint_without_optimizer_restores_weights_and_rng(model_dir, tmp_pa
     assert not b.optimizer.state  # fresh Adam moments
     assert any(st["exp_avg"].any() for st in a.optimizer.state.values())
     assert torch.equal(torch.rand(3), expected_draw)  # the RNG continues where the checkpoint left it
+
+
+def test_optimizer_from_starts_with_the_checkpoints_adam_moments_and_this_runs_lr(model_dir, tmp_path):  # noqa: F811
+    sft = _backend(model_dir, lr=1e-2, adam_beta2=0.95, warmup_steps=0)
+    sft.train_sft(_samples(4))
+    sft.train_sft(_samples(4, seed=3))
+    sft.save_checkpoint(tmp_path / "sft")
+    rl = _backend(model_dir, lr=1e-5, warmup_steps=4, optimizer_from=str(tmp_path / "sft"))
+    assert rl.step == 0 and len(rl.optimizer.state) == len(sft.optimizer.state)
+    by_name = dict(zip([n for n, _ in sft.model.named_parameters()], sft.optimizer.state.values()))
+    for (name, p) in rl.model.named_parameters():
+        st = rl.optimizer.state[p]
+        torch.testing.assert_close(st["exp_avg_sq"], by_name[name]["exp_avg_sq"])
+        assert float(st["step"]) == 2.0  # bias correction as mature as the SFT run's
+    group = rl.optimizer.param_groups[0]
+    assert group["betas"] == (0.9, 0.999) and group["initial_lr"] == 1e-5
+    assert group["lr"] == pytest.approx(1e-5 / 4)  # this run's warm-up, not the checkpoint's schedule
+    fresh = _backend(model_dir, lr=1e-5, warmup_steps=4)
+    moved = [_params(rl), _params(fresh)]
+    rl.train_grpo(_samples(4, seed=5), ADV)
+    fresh.train_grpo(_samples(4, seed=5), ADV)
+    step_from_sft = sum((p - moved[0][k]).abs().sum().item() for k, p in _params(rl).items())
+    step_fresh = sum((p - moved[1][k]).abs().sum().item() for k, p in _params(fresh).items())
+    assert step_from_sft < step_fresh  # SFT's larger second moments damp the first steps
+
+
+def test_optimizer_from_says_what_to_pass_when_the_folder_has_no_moments(model_dir, tmp_path):  # noqa: F811
+    with pytest.raises(ValueError, match="not a trainer checkpoint"):
+        _backend(model_dir, optimizer_from=str(tmp_path))
+    bare = _backend(model_dir, save_optimizer=False)
+    bare.train_sft(_samples(4))
+    bare.save_checkpoint(tmp_path / "bare")
+    with pytest.raises(ValueError, match="save_optimizer=false"):
+        _backend(model_dir, optimizer_from=str(tmp_path / "bare"))

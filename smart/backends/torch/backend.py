@@ -101,6 +101,8 @@ class TorchTrainBackend(WeightsMixin):
             weight_decay=cfg.weight_decay,
             betas=(cfg.adam_beta1, cfg.adam_beta2),
         )
+        if cfg.optimizer_from:
+            self.load_optimizer_moments(cfg.optimizer_from)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, cfg.lr_factor)
         self.step = 0
 

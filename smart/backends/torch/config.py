@@ -91,6 +91,10 @@ class TrainConfig:
     save_optimizer: bool = True
     """false: checkpoints hold weights, step and RNG only (Adam state is 2x the fp32 weights); a resumed
     run then starts with fresh Adam moments"""
+    optimizer_from: str = ""
+    """a trainer checkpoint folder (e.g. the SFT run's checkpoints/step_N that model_path was exported from)
+    whose Adam moments this run starts with; lr, betas, weight decay, step and schedule stay this run's. A fresh
+    Adam's first steps move every weight by about lr however small its gradient (benchmarks/grpo_calibration.py)"""
     grpo: GRPOConfig = dataclasses.field(default_factory=GRPOConfig)
 
     def validate(self) -> None:

@@ -123,6 +123,29 @@ class WeightsMixin:
             set_rng_state(torch.load(rng, weights_only=False))
 
 
+    def load_optimizer_moments(self, path: str | Path) -> None:
+        """Adam's moments (and their step counts) from a trainer checkpoint; the hyperparameters stay this run's."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        path = Path(path)
+        if not (path / "trainer.pt").is_file() or not (path / "state").is_dir():
+            raise ValueError(f"train.optimizer_from={path} is not a trainer checkpoint (no trainer.pt and state/); "
+                             "pass a checkpoints/step_N folder of the run model_path came from")
+        if not torch.load(path / "trainer.pt", weights_only=False).get("optimizer", True):
+            raise ValueError(f"train.optimizer_from={path} was saved with save_optimizer=false: it has no Adam "
+                             "moments; pass a checkpoint saved with them or leave optimizer_from empty")
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        state = {"optimizer": optim_sd}
+        with _single_process_dcp():
+            dcp.load(state, checkpoint_id=str(path / "state"))
+        set_state_dict(self.model, self.optimizer, model_state_dict=model_sd, optim_state_dict=state["optimizer"])
+        for group in self.optimizer.param_groups:  # the checkpoint's param groups carry its own lr and betas
+            group.update(lr=self.cfg.lr, betas=(self.cfg.adam_beta1, self.cfg.adam_beta2),
+                         weight_decay=self.cfg.weight_decay)
+            group.pop("initial_lr", None)
+
+
 @contextlib.contextmanager
 def _single_process_dcp():
     # dcp warns that it "assumes a single process" when torch.distributed is off: that is our intent.
