@@ -10,8 +10,8 @@ in-distribution split, or heldout: unseen operator pairs), greedy, heldout_probl
 unseen-pair evaluation beside a test one), timing, engine_dtype (the generating engine's, as the model was
 trained), multi_turn/multi_turn_samples (turns and samples of a Kevin-mode evaluation of SFT and RL on the same
 problems; 0: none), sampling and evaluator settings},
-sft {SFTConfig}, rl {RLConfig; rl.train.optimizer_from: sft starts every GRPO run with the Adam moments of SFT's
-last checkpoint, as the continued-SFT control does}, sft_stop {every, num_problems, num_samples, min_pass_at_k} (SFT in chunks
+sft {SFTConfig}, rl {RLConfig; rl.train.optimizer_from: sft starts GRPO with the Adam moments of SFT's last
+checkpoint, as the continued-SFT control does; an ablation's "" starts it afresh}, sft_stop {every, num_problems, num_samples, min_pass_at_k} (SFT in chunks
 of `every` steps up to sft.num_steps, probing held-out pass@num_samples after each, stopping at the
 first chunk that reaches min_pass_at_k), controls {sft_continued, shuffled_rewards}, ablations {NAME: {rl key:
 value, ...}} (more GRPO runs from the same SFT model, each changing the named rl settings, e.g.
@@ -94,10 +94,7 @@ def stage_configs(cfg: dict, run: Path) -> tuple[dict, dict]:
         sft["train"] = train
     sft |= {"model_path": str(run / "base"), "out_dir": str(run / "sft"), "seed": seed,
             "data": {**sft.get("data", {}), "sft_jsonl": str(run / "synth" / "sft_train.jsonl")}}
-    rl = json.loads(json.dumps(cfg.get("rl", {})))  # deep copy: the optimizer_from marker is taken out below
-    # train.optimizer_from: sft = the SFT run's last checkpoint, known only once SFT stops: run_learning.sh passes it
-    if rl.get("train", {}).get("optimizer_from") == "sft":
-        del rl["train"]["optimizer_from"]
+    rl = json.loads(json.dumps(cfg.get("rl", {})))  # deep copy: main() takes the optimizer_from marker out
     rl |= {"model_path": str(run / "sft" / "hf"), "out_dir": str(run / "rl"), "seed": seed,
            "data": {**rl.get("data", {}), "source": "local", "path": str(run / "synth" / "train"), "levels": [1],
                     "heldout_fraction": 0.0}}
@@ -176,6 +173,10 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"learning_config: {e}", file=sys.stderr)
         return 2
+    # train.optimizer_from: sft means the SFT run's last checkpoint, known only once SFT stops: run_learning.sh
+    # passes it to the GRPO runs listed here (an ablation may set "" to start Adam afresh)
+    from_sft = [name for name, arm in {"rl": rl, **arms}.items()
+                if arm.get("train", {}).get("optimizer_from") in ("sft", "") and arm["train"].pop("optimizer_from") == "sft"]
     (run / "config").mkdir(parents=True, exist_ok=True)
     (run / "config" / "sft.yaml").write_text(yaml.safe_dump(sft, sort_keys=False))
     (run / "config" / "rl.yaml").write_text(yaml.safe_dump(rl, sort_keys=False))
@@ -191,7 +192,7 @@ def main(argv: list[str]) -> int:
     flat["ABLATIONS"] = " ".join(arms)
     flat["PROMPT_STYLE"] = rl.get("rollout", {}).get("prompt_style", "one_shot")
     flat["SFT_NUM_STEPS"] = sft_cfg.num_steps
-    flat["RL_OPTIMIZER_FROM_SFT"] = cfg.get("rl", {}).get("train", {}).get("optimizer_from") == "sft"
+    flat["RL_OPTIMIZER_FROM_SFT"] = " ".join(from_sft)
     # the continued-SFT control trains as many optimizer steps as GRPO took (its steps x this)
     flat["RL_STEPS_PER_ROLLOUT"] = getattr(getattr(rl_cfg.train, "grpo", None), "num_steps_per_rollout", 1)
     for key, value in flat.items():

@@ -179,13 +179,14 @@ print(max(json.load(open(f))["next_step"] for f in glob.glob(sys.argv[1] + "/che
   --seed "$LEARN_SEED" --corpus "$RUN/synth/train"
 [[ -f "$RUN/sft/stopped_at" ]] || sft_until_stop
 evaluate_checkpoint sft "$RUN/sft/hf"
-rl_start=()  # with rl.train.optimizer_from: sft, every GRPO run starts with Adam's moments where SFT left them
-if [[ "${LEARN_RL_OPTIMIZER_FROM_SFT:-false}" == true ]]; then
-  rl_start=(train.optimizer_from="$RUN/sft/checkpoints/step_$(printf %06d "$(cat "$RUN/sft/stopped_at")")")
-fi
+rl_start() {  # rl_start ARM: with train.optimizer_from: sft, the override that starts ARM's Adam where SFT left it
+  [[ " ${LEARN_RL_OPTIMIZER_FROM_SFT:-} " == *" $1 "* ]] || return 0
+  echo "train.optimizer_from=$RUN/sft/checkpoints/step_$(printf %06d "$(cat "$RUN/sft/stopped_at")")"
+}
 main_lane() {  # GRPO, its evaluations, the continued-SFT control (it needs GRPO's step count), then multi-turn
   # (the comparisons the success criteria name come first: a hold that runs out loses the least)
-  [[ -f "$RUN/rl/hf/config.json" ]] || timed rl bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml" "${rl_start[@]}"
+  local start; start=$(rl_start rl)
+  [[ -f "$RUN/rl/hf/config.json" ]] || timed rl bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml" ${start:+"$start"}
   evaluate_checkpoint rl "$RUN/rl/hf"
   if [[ "${LEARN_CONTROLS_SFT_CONTINUED:-false}" == true ]]; then
     [[ -f "$RUN/sft_continued/hf/config.json" ]] || timed sft_continued sft_continued
@@ -196,14 +197,16 @@ main_lane() {  # GRPO, its evaluations, the continued-SFT control (it needs GRPO
 
 side_lane() {  # beside the main lane: the SFT model's multi-turn evaluation, then the GRPO runs that start from the
   # SFT model: shuffled rewards, ablations
+  local start; start=$(rl_start rl)
   evaluate_multiturn sft "$RUN/sft/hf"
   if [[ "${LEARN_CONTROLS_SHUFFLED_REWARDS:-false}" == true ]]; then
     [[ -f "$RUN/rl_shuffled/hf/config.json" ]] || timed rl_shuffled bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml" \
-      out_dir="$RUN/rl_shuffled" reward.reward_fn=smart.reward.controls:shuffled_preset_rewards "${rl_start[@]}"
+      out_dir="$RUN/rl_shuffled" reward.reward_fn=smart.reward.controls:shuffled_preset_rewards ${start:+"$start"}
     evaluate_checkpoint rl_shuffled "$RUN/rl_shuffled/hf" primary
   fi
   for arm in ${LEARN_ABLATIONS:-}; do  # one setting changed per arm, same SFT start
-    [[ -f "$RUN/$arm/hf/config.json" ]] || timed "$arm" bash "$ROOT/scripts/run_rl.sh" "$RUN/config/$arm.yaml" "${rl_start[@]}"
+    start=$(rl_start "$arm")
+    [[ -f "$RUN/$arm/hf/config.json" ]] || timed "$arm" bash "$ROOT/scripts/run_rl.sh" "$RUN/config/$arm.yaml" ${start:+"$start"}
     evaluate_checkpoint "$arm" "$RUN/$arm/hf" primary
   done
 }

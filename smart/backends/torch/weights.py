@@ -129,6 +129,8 @@ class WeightsMixin:
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
         path = Path(path)
+        if (path / "trainer" / "trainer.pt").is_file():  # a run's checkpoints/step_N: the trainer's part of it
+            path = path / "trainer"
         if not (path / "trainer.pt").is_file() or not (path / "state").is_dir():
             raise ValueError(f"train.optimizer_from={path} is not a trainer checkpoint (no trainer.pt and state/); "
                              "pass a checkpoints/step_N folder of the run model_path came from")
