@@ -12,7 +12,8 @@ has exactly one correct answer, pass@1 at T=1 on the test prompts is computed ex
 answer under teacher forcing, averaged over prompts): no sampling noise in the measure. Every arm starts from
 the same SFT weights and sees the same training prompts in the same order.
 
-    python benchmarks/grpo_calibration.py --out runs/grpo_calibration.json      # ~10 minutes on 2 cores
+    python benchmarks/grpo_calibration.py --out runs/grpo_calibration.json      # ~15 minutes on 2 cores
+    python benchmarks/grpo_calibration.py --arms full:1e-4:16,positive:1e-4:16,negative:1e-4:16 --steps 100
 """
 
 from __future__ import annotations
@@ -170,14 +171,13 @@ def arms_from(spec: str) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--length", type=int, default=12, help="digits to reverse")
-    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--length", type=int, default=20, help="digits to reverse")
+    ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--sft-lr", type=float, default=3e-3)
     ap.add_argument("--sft-batch", type=int, default=64)
-    ap.add_argument("--sft-steps", type=int, default=1500)
-    ap.add_argument("--arms", default="full:1e-4:16,positive:1e-4:16,negative:1e-4:16,full:1e-3:16,"
-                    "positive:1e-3:16,negative:1e-3:16,full:1e-4:64",
+    ap.add_argument("--sft-steps", type=int, default=700)
+    ap.add_argument("--arms", default="full:1e-4:16,sft:1e-4:16,sft:1e-4:16:0:sft,full:1e-4:64,full:3e-4:64:0:sft",
                     help="SCHEME:LR:PROMPTS_PER_STEP[:KL_COEF[:ADAM]], comma-separated; SCHEME is full, positive, "
                     "negative or sft (continued SFT on the same prompts, the control); ADAM is fresh or sft")
     ap.add_argument("--group", type=int, default=16)
