@@ -11,9 +11,9 @@ unseen-pair evaluation beside a test one), timing, engine_dtype (the generating 
 trained), multi_turn/multi_turn_samples (turns and samples of a Kevin-mode evaluation of SFT and RL on the same
 problems; 0: none), sampling and evaluator settings},
 sft {SFTConfig}, rl {RLConfig; rl.train.optimizer_from: sft starts GRPO with the Adam moments of SFT's last
-checkpoint, as the continued-SFT control does; an ablation's "" starts it afresh}, sft_stop {every, num_problems, num_samples, min_pass_at_k} (SFT in chunks
-of `every` steps up to sft.num_steps, probing held-out pass@num_samples after each, stopping at the
-first chunk that reaches min_pass_at_k), controls {sft_continued, shuffled_rewards}, ablations {NAME: {rl key:
+checkpoint, as the continued-SFT control does; an ablation's "" starts it afresh},
+sft_stop {every, num_problems, num_samples, min_pass_at_k} (SFT in chunks of `every` steps up to sft.num_steps,
+probing held-out pass@num_samples after each, stopping at the first chunk that reaches min_pass_at_k), controls {sft_continued, shuffled_rewards}, ablations {NAME: {rl key:
 value, ...}} (more GRPO runs from the same SFT model, each changing the named rl settings, e.g.
 rl_lr5e-5: {train.lr: 5.0e-5}; NAME starts with rl_), lanes (1: every stage in turn; 2: shuffled-reward GRPO and
 the ablations run beside the main GRPO, on a second GPU when there are two). Overrides are dotted: sft.num_steps=10, eval.num_samples=4.
@@ -175,8 +175,12 @@ def main(argv: list[str]) -> int:
         return 2
     # train.optimizer_from: sft means the SFT run's last checkpoint, known only once SFT stops: run_learning.sh
     # passes it to the GRPO runs listed here (an ablation may set "" to start Adam afresh)
-    from_sft = [name for name, arm in {"rl": rl, **arms}.items()
-                if arm.get("train", {}).get("optimizer_from") in ("sft", "") and arm["train"].pop("optimizer_from") == "sft"]
+    from_sft = []
+    for name, arm in {"rl": rl, **arms}.items():
+        train = arm.get("train", {})
+        if train.get("optimizer_from") in ("sft", ""):
+            if train.pop("optimizer_from") == "sft":
+                from_sft.append(name)
     (run / "config").mkdir(parents=True, exist_ok=True)
     (run / "config" / "sft.yaml").write_text(yaml.safe_dump(sft, sort_keys=False))
     (run / "config" / "rl.yaml").write_text(yaml.safe_dump(rl, sort_keys=False))

@@ -122,7 +122,6 @@ class WeightsMixin:
         if rng.is_file():  # checkpoints from before RNG states were saved have none
             set_rng_state(torch.load(rng, weights_only=False))
 
-
     def load_optimizer_moments(self, path: str | Path) -> None:
         """Adam's moments (and their step counts) from a trainer checkpoint; the hyperparameters stay this run's."""
         import torch.distributed.checkpoint as dcp
