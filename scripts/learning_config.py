@@ -13,10 +13,11 @@ problems; 0: none), sampling and evaluator settings},
 sft {SFTConfig}, rl {RLConfig; rl.train.optimizer_from: sft starts GRPO with the Adam moments of SFT's last
 checkpoint, as the continued-SFT control does; an ablation's "" starts it afresh},
 sft_stop {every, num_problems, num_samples, min_pass_at_k} (SFT in chunks of `every` steps up to sft.num_steps,
-probing held-out pass@num_samples after each, stopping at the first chunk that reaches min_pass_at_k), controls {sft_continued, shuffled_rewards}, ablations {NAME: {rl key:
-value, ...}} (more GRPO runs from the same SFT model, each changing the named rl settings, e.g.
-rl_lr5e-5: {train.lr: 5.0e-5}; NAME starts with rl_), lanes (1: every stage in turn; 2: shuffled-reward GRPO and
-the ablations run beside the main GRPO, on a second GPU when there are two). Overrides are dotted: sft.num_steps=10, eval.num_samples=4.
+probing held-out pass@num_samples after each, stopping at the first chunk that reaches min_pass_at_k),
+controls {sft_continued, shuffled_rewards}, ablations {NAME: {rl key: value, ...}} (more GRPO runs from the same
+SFT model, each changing the named rl settings, e.g. rl_lr5e-5: {train.lr: 5.0e-5}; NAME starts with rl_), lanes
+(1: every stage in turn; 2: shuffled-reward GRPO and the ablations run beside the main GRPO, on a second GPU when
+there are two). Overrides are dotted: sft.num_steps=10, eval.num_samples=4.
 
 example: python scripts/learning_config.py configs/learn_synth_cpu.yaml runs/learn_cpu seed=1
 """
