@@ -48,7 +48,9 @@
 #                   carried as runs/suite_NAME.tgz (git archive of an earlier revision), one after another on
 #                   SUITE_DEVICE (default 0), this tree first and last: candidates/min and overhead side by side
 #                   (SUITE_ORDER="head before43 before43 head" sets the order; SUITE_ARGS replaces
-#                   "--device cuda --passes 1", e.g. for a CPU smoke run)
+#                   "--device cuda --passes 1", e.g. for a CPU smoke run). Make an archive off the device with
+#                   git archive --format=tar.gz -o runs/suite_before43.tgz 42a9ae0^ -- . ':!benchmarks/results' ':!docs'
+#                   and carry it
 #   suite_compare_status  how far it is; copies each run's JSON (work/suite_compare_NAME_I.json)
 # A machine is held at most 30 minutes and goes back after 30 s idle: chain the calls. Step times on one
 # H100, for planning: gpu_tests ~500 s, check_latency ~100 s, corpus ~220 s, megatron ~350 s, suite_trusted
