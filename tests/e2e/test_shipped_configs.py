@@ -69,3 +69,16 @@ def test_learning_config_refuses_a_prepared_synth_set_made_with_other_settings(t
     (tmp_path / "synth" / "manifest.json").write_text("{truncated")
     unreadable = run()
     assert unreadable.returncode == 2 and "cannot read" in unreadable.stderr and "Traceback" not in unreadable.stderr
+
+
+def test_optimizer_from_sft_is_passed_by_the_launcher_to_the_arms_that_keep_it(tmp_path):
+    # rl.train.optimizer_from: sft names a checkpoint that exists only once SFT stops: the stage configs drop
+    # the marker, and LEARN_RL_OPTIMIZER_FROM_SFT lists the GRPO runs run_learning.sh hands SFT's checkpoint to
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "learning_config.py"),
+                           str(REPO / "configs" / "learn_synth_cpu.yaml"), str(tmp_path),
+                           'ablations={rl_fresh: {train.optimizer_from: ""}, rl_same: {train.lr: 1.0e-5}}'],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "LEARN_RL_OPTIMIZER_FROM_SFT='rl rl_same'" in proc.stdout
+    for name in ("rl", "rl_fresh", "rl_same"):
+        assert "optimizer_from" not in yaml.safe_load((tmp_path / "config" / f"{name}.yaml").read_text())["train"]
