@@ -6,8 +6,9 @@ This script asks which advantage scheme and which step size improve such a polic
 with smart's own advantage and loss functions and the torch backend's optimizer settings (AdamW, betas 0.9 /
 0.999, grad clip 1.0, linear warm-up).
 
-The task: reverse a sequence of digits. A tiny Qwen3 too small to learn it perfectly is trained (SFT) to its
-plateau, so sampling at T=1 fails where greedy decoding does not, like the kernel model. Because the task
+The task: reverse a sequence of digits. A tiny Qwen3 is trained (SFT) on a cosine-decaying lr that ends at
+--sft-steps, which leaves sampling at T=1 failing where greedy decoding does not, like the kernel model (longer
+SFT would close more of the gap: this is a regime, not a plateau). Because the task
 has exactly one correct answer, pass@1 at T=1 on the test prompts is computed exactly (the probability of the
 answer under teacher forcing, averaged over prompts): no sampling noise in the measure. Every arm starts from
 the same SFT weights and sees the same training prompts in the same order.
