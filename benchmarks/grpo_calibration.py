@@ -33,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from smart.algo import grpo_loss  # noqa: E402
 from smart.algo.advantages import group_advantages  # noqa: E402
+from smart.algo.losses import entropy_from_logits, token_logprobs  # noqa: E402
+from smart.backends.torch.config import TrainConfig  # noqa: E402
 
 DIGITS = 10
 SEP, BOS = DIGITS, DIGITS + 1
@@ -59,9 +61,13 @@ def answers(prompt_ids: torch.Tensor) -> torch.Tensor:
 
 def answer_logprobs(model, prompt_ids: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
     """log p(answer token t | prompt, answer[:t]) for every answer position: [B, L]."""
+    return token_logprobs(answer_logits(model, prompt_ids, answer_ids), answer_ids)
+
+
+def answer_logits(model, prompt_ids: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
+    """The logits that predict each answer token under teacher forcing: [B, L, V]."""
     ids = torch.cat([prompt_ids, answer_ids], dim=1)
-    logits = model(input_ids=ids).logits[:, prompt_ids.shape[1] - 1 : -1].float()
-    return torch.log_softmax(logits, -1).gather(-1, answer_ids.unsqueeze(-1)).squeeze(-1)
+    return model(input_ids=ids).logits[:, prompt_ids.shape[1] - 1 : -1]
 
 
 @torch.no_grad()
@@ -82,11 +88,9 @@ def sample(model, prompt_ids: torch.Tensor, length: int, temperature: float, gen
 def measure(model, test_prompts: torch.Tensor) -> dict[str, float]:
     """Exact pass@1 at T=1, greedy pass@1, and the mean entropy a token along the answer."""
     target = answers(test_prompts)
-    ids = torch.cat([test_prompts, target], dim=1)
-    logits = model(input_ids=ids).logits[:, test_prompts.shape[1] - 1 : -1].float()
-    logp = torch.log_softmax(logits, -1)
-    answer_logp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).sum(-1)
-    entropy = -(logp.exp() * logp).sum(-1).mean()
+    logits = answer_logits(model, test_prompts, target)
+    answer_logp = token_logprobs(logits, target).sum(-1)
+    entropy = entropy_from_logits(logits).mean()
     greedy = sample(model, test_prompts, target.shape[1], 0.0, torch.Generator().manual_seed(0))
     return {"pass1_t1": answer_logp.exp().mean().item(), "greedy": (greedy == target).all(-1).float().mean().item(),
             "entropy": entropy.item()}
@@ -96,6 +100,7 @@ def sft(model, args, gen: torch.Generator, test_prompts: torch.Tensor) -> tuple[
     """SFT to its plateau: --sft-steps at a cosine-decaying lr (to 2% of --sft-lr), as the learning runs' SFT."""
     opt = torch.optim.AdamW(model.parameters(), lr=args.sft_lr)
     total = args.sft_steps
+    # warm-up times cosine from step 0 (not the torch backend's warm-up-then-cosine): the recorded calibration used it
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 50) * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * min(s, total) / total))))
     for step in range(1, total + 1):
@@ -122,8 +127,7 @@ def grpo_arm(start, sft_optimizer: dict, arm: dict, args, test_prompts: torch.Te
         opt.load_state_dict(sft_optimizer)
         for group in opt.param_groups:
             group["lr"] = group["initial_lr"] = arm["lr"]
-    warmup = args.warmup
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, TrainConfig(lr=arm["lr"], warmup_steps=args.warmup).lr_factor)
     gen = torch.Generator().manual_seed(args.seed + 1)  # the same prompts and sampling stream for every arm
     curve = [dict(step=0, **measure(model, test_prompts), rollout_correct=None)]
     t0 = time.perf_counter()

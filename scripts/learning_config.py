@@ -166,22 +166,22 @@ def main(argv: list[str]) -> int:
         run = Path(argv[1])
         check_prepared_synth(cfg, run)
         sft, rl = stage_configs(cfg, run)
+        arms = ablation_configs(cfg, rl, run)
+        # train.optimizer_from: sft means the SFT run's last checkpoint, known only once SFT stops: run_learning.sh
+        # passes it to the GRPO runs listed here (an ablation may set "" to start Adam afresh)
+        from_sft = []
+        for name, arm in {"rl": rl, **arms}.items():
+            train = arm.get("train", {})
+            if train.get("optimizer_from") in ("sft", ""):
+                if train.pop("optimizer_from") == "sft":
+                    from_sft.append(name)
         sft_cfg = from_dict(SFTConfig, sft, "sft")  # validate now: a typo fails before an hour of GPU time
         rl_cfg = from_dict(RLConfig, rl, "rl")
-        arms = ablation_configs(cfg, rl, run)
         for name, arm in arms.items():
             from_dict(RLConfig, arm, f"ablations.{name}")
     except ConfigError as e:
         print(f"learning_config: {e}", file=sys.stderr)
         return 2
-    # train.optimizer_from: sft means the SFT run's last checkpoint, known only once SFT stops: run_learning.sh
-    # passes it to the GRPO runs listed here (an ablation may set "" to start Adam afresh)
-    from_sft = []
-    for name, arm in {"rl": rl, **arms}.items():
-        train = arm.get("train", {})
-        if train.get("optimizer_from") in ("sft", ""):
-            if train.pop("optimizer_from") == "sft":
-                from_sft.append(name)
     (run / "config").mkdir(parents=True, exist_ok=True)
     (run / "config" / "sft.yaml").write_text(yaml.safe_dump(sft, sort_keys=False))
     (run / "config" / "rl.yaml").write_text(yaml.safe_dump(rl, sort_keys=False))

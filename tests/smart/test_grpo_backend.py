@@ -173,3 +173,10 @@ def test_optimizer_from_says_what_to_pass_when_the_folder_has_no_moments(model_d
     bare.save_checkpoint(tmp_path / "bare")
     with pytest.raises(ValueError, match="save_optimizer=false"):
         _backend(model_dir, optimizer_from=str(tmp_path / "bare"))
+
+
+def test_optimizer_from_a_missing_folder_is_a_config_error():
+    from kbencheval.config import ConfigError
+
+    with pytest.raises(ConfigError, match="train.optimizer_from=/no/such/run is not a folder"):
+        TrainConfig(model_path="m", optimizer_from="/no/such/run").validate()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Literal
 
 from kbencheval.config import ConfigError
@@ -110,6 +111,9 @@ class TrainConfig:
                               f"> train.warmup_steps ({self.warmup_steps}); got {self.lr_decay_steps} (set it to num_steps)")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError(f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.optimizer_from and not Path(self.optimizer_from).expanduser().is_dir():
+            raise ConfigError(f"train.optimizer_from={self.optimizer_from} is not a folder; pass a trainer checkpoint "
+                              "(a run's checkpoints/step_N) or leave it empty for a fresh Adam")
         if self.grpo.kl_coef > 0 and not self.use_ref_model:
             raise ConfigError("grpo.kl_coef > 0 needs a reference model: set use_ref_model=true or grpo.kl_coef=0")
         self.grpo.validate()

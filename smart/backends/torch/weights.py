@@ -144,7 +144,6 @@ class WeightsMixin:
         for group in self.optimizer.param_groups:  # the checkpoint's param groups carry its own lr and betas
             group.update(lr=self.cfg.lr, betas=(self.cfg.adam_beta1, self.cfg.adam_beta2),
                          weight_decay=self.cfg.weight_decay)
-            group.pop("initial_lr", None)
 
 
 @contextlib.contextmanager
