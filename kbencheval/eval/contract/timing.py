@@ -126,7 +126,8 @@ class Timer:
             try:
                 self.graph, self.static_out = self._capture()
                 self.mechanism = "cuda_graph"
-                if check_replay and not self.replay_matches_eager(first):
+                parts.mark("capture_s")
+                if check_replay and not self.replay_matches_eager(first, parts):
                     self.graph = self.static_out = None
                     torch.cuda.synchronize(device)
                     self.mechanism = ("eager (the captured graph does not compute what an eager call does: launches "
@@ -185,13 +186,15 @@ class Timer:
             graph.instantiate()
         return graph, out
 
-    def replay_matches_eager(self, first: Trial) -> bool:
+    def replay_matches_eager(self, first: Trial, parts: Parts | None = None) -> bool:
         """Whether a replay of the captured graph writes the outputs an eager call computes, on inputs the
         capture never saw (its outputs poisoned first). A kernel launched on the legacy default stream runs
         once while the capture is made and is not in the graph (torch captures on a stream of its own):
         every replay would then leave the capture's stale outputs, and an honest kernel would be judged
         `incorrect` in its timed iterations. So would a model that computes only when it is not captured,
-        which then gets timed eagerly, computing."""
+        which then gets timed eagerly, computing. `parts` gets the check's three steps (host seconds; the
+        comparison waits for the device)."""
+        parts = parts or Parts()
         probe = Trial(seed=(first.seed ^ 0x5EED_C0DE) & ((1 << 62) - 1))
         with torch.no_grad():
             self.fresh.load(probe)
@@ -200,8 +203,13 @@ class Timer:
                     t.fill_(float("nan") if t.is_floating_point() or t.is_complex() else 0)
             self.graph.replay()
             replayed = outputs_digest(self.static_out)  # queued: no copy of the outputs beside the eager call's
+            parts.mark("replay_check_replay_s")
             self.fresh.load(probe)  # the same values again: the model may have written into its inputs
-            return digests_agree(replayed, self._eager_call())
+            eager = self._eager_call()
+            parts.mark("replay_check_eager_s")
+            agree = digests_agree(replayed, eager)
+            parts.mark("replay_check_compare_s")
+            return agree
 
     def _eager_call(self) -> list:
         if self.on_eager_call is not None:
