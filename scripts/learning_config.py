@@ -16,8 +16,8 @@ sft_stop {every, num_problems, num_samples, min_pass_at_k} (SFT in chunks of `ev
 probing held-out pass@num_samples after each, stopping at the first chunk that reaches min_pass_at_k),
 controls {sft_continued, shuffled_rewards}, ablations {NAME: {rl key: value, ...}} (more GRPO runs from the same
 SFT model, each changing the named rl settings, e.g. rl_lr5e-5: {train.lr: 5.0e-5}; NAME starts with rl_), lanes
-(1: every stage in turn; 2: shuffled-reward GRPO and the ablations run beside the main GRPO, on a second GPU when
-there are two). Overrides are dotted: sft.num_steps=10, eval.num_samples=4.
+(1: every stage in turn; N > 1: shuffled-reward GRPO and the ablations run beside the main GRPO in N - 1 side
+lanes, each lane on a GPU of its own when there are N). Overrides are dotted: sft.num_steps=10, eval.num_samples=4.
 
 example: python scripts/learning_config.py configs/learn_synth_cpu.yaml runs/learn_cpu seed=1
 """
@@ -68,9 +68,10 @@ def load(path: str, overrides: list[str]) -> dict:
         bad = set(cfg.get(section, {})) - keys
         if bad:
             raise ConfigError(f"unknown {section} keys {sorted(bad)} in {path}; known: {', '.join(sorted(keys))}")
-    if cfg.get("lanes", 1) not in (1, 2):
-        raise ConfigError(f"lanes must be 1 (stages in turn) or 2 (the side GRPO runs beside the main one), "
-                          f"got {cfg.get('lanes')!r}")
+    lanes = cfg.get("lanes", 1)
+    if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 8:
+        raise ConfigError(f"lanes must be a whole number from 1 (stages in turn) to 8 (the side GRPO runs in lanes - 1 "
+                          f"lanes beside the main one), got {lanes!r}")
     split = cfg.get("eval", {}).get("split", "heldout")
     if split not in ("test", "heldout"):
         raise ConfigError(f"eval.split must be test (in-distribution, needs synth.test_fraction > 0) or heldout "
@@ -195,6 +196,9 @@ def main(argv: list[str]) -> int:
     flat |= {f"SFT_STOP_{k.upper()}": v for k, v in cfg.get("sft_stop", {}).items()}
     flat |= {f"CONTROLS_{k.upper()}": v for k, v in cfg.get("controls", {}).items()}
     flat["ABLATIONS"] = " ".join(arms)
+    # the ablations dealt out in turn to the side lanes (one side lane, after the main one, when lanes is 1)
+    side_lanes = max(cfg.get("lanes", 1) - 1, 1)
+    flat |= {f"LANE_ARMS_{lane}": " ".join(list(arms)[lane - 1::side_lanes]) for lane in range(1, side_lanes + 1)}
     flat["PROMPT_STYLE"] = rl.get("rollout", {}).get("prompt_style", "one_shot")
     flat["SFT_NUM_STEPS"] = sft_cfg.num_steps
     flat["RL_OPTIMIZER_FROM_SFT"] = " ".join(from_sft)

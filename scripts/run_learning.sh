@@ -19,8 +19,8 @@
 #      evaluated like the controls                                               RUN/evals/*_rl_NAME.json
 #   With eval.multi_turn: T, the SFT and RL models also get a T-turn evaluation with the evaluator's feedback
 #      (Kevin mode) on the same problems                                           RUN/evals/multiturn_{sft,rl}.json
-#   With lanes: 2, shuffled-reward GRPO and the ablations run beside GRPO, continued SFT and their evaluations
-#   (on a second GPU when there are two).
+#   With lanes: N > 1, shuffled-reward GRPO and the ablations run beside GRPO, continued SFT and their evaluations,
+#   in N - 1 side lanes (ablations dealt out in turn), each lane on a GPU of its own when there are N.
 #   8. curves (scripts/plot_learning.py) and paired comparisons (scripts/learning_compare.py)  RUN/plots/
 # Seconds per stage go to RUN/stage_seconds.txt. Overrides are dotted: seed=1 sft.num_steps=10 eval.num_samples=4.
 # Relative paths (CONFIG, RUN_DIR) are read and written from the current directory.
@@ -195,45 +195,58 @@ main_lane() {  # GRPO, its evaluations, the continued-SFT control (it needs GRPO
   evaluate_multiturn rl "$RUN/rl/hf"
 }
 
-side_lane() {  # beside the main lane: the SFT model's multi-turn evaluation, then the GRPO runs that start from the
-  # SFT model: shuffled rewards, ablations
-  local start; start=$(rl_start rl)
-  evaluate_multiturn sft "$RUN/sft/hf"
-  if [[ "${LEARN_CONTROLS_SHUFFLED_REWARDS:-false}" == true ]]; then
-    [[ -f "$RUN/rl_shuffled/hf/config.json" ]] || timed rl_shuffled bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml" \
-      out_dir="$RUN/rl_shuffled" reward.reward_fn=smart.reward.controls:shuffled_preset_rewards ${start:+"$start"}
-    evaluate_checkpoint rl_shuffled "$RUN/rl_shuffled/hf" primary
+side_lane() {  # side_lane INDEX: beside the main lane, side lane INDEX (from 1). The first runs the SFT model's
+  # multi-turn evaluation and shuffled-reward GRPO; each runs its share of the ablations (GRPO from the SFT model,
+  # one setting changed), which learning_config.py deals out in turn
+  local index=$1 start arm arms_of_lane=LEARN_LANE_ARMS_$1
+  if (( index == 1 )); then
+    evaluate_multiturn sft "$RUN/sft/hf"
+    if [[ "${LEARN_CONTROLS_SHUFFLED_REWARDS:-false}" == true ]]; then
+      start=$(rl_start rl)
+      [[ -f "$RUN/rl_shuffled/hf/config.json" ]] || timed rl_shuffled bash "$ROOT/scripts/run_rl.sh" "$RUN/config/rl.yaml" \
+        out_dir="$RUN/rl_shuffled" reward.reward_fn=smart.reward.controls:shuffled_preset_rewards ${start:+"$start"}
+      evaluate_checkpoint rl_shuffled "$RUN/rl_shuffled/hf" primary
+    fi
   fi
-  for arm in ${LEARN_ABLATIONS:-}; do  # one setting changed per arm, same SFT start
+  for arm in ${!arms_of_lane:-}; do
     start=$(rl_start "$arm")
     [[ -f "$RUN/$arm/hf/config.json" ]] || timed "$arm" bash "$ROOT/scripts/run_rl.sh" "$RUN/config/$arm.yaml" ${start:+"$start"}
     evaluate_checkpoint "$arm" "$RUN/$arm/hf" primary
   done
 }
 
-lane_device() {  # lane_device INDEX: the GPU a lane gets when there are two (CUDA_VISIBLE_DEVICES entries if set)
+lane_device() {  # lane_device INDEX: the GPU lane INDEX gets when there are two or more (CUDA_VISIBLE_DEVICES
+  # entries if set; lanes share them in turn when there are fewer GPUs than lanes)
   local visible
   visible=${CUDA_VISIBLE_DEVICES:-$("$PY" -c 'import torch; print(",".join(map(str, range(torch.cuda.device_count()))))')}
   IFS=, read -r -a visible <<< "$visible"
-  (( ${#visible[@]} >= 2 )) && echo "${visible[$1]}"
+  (( ${#visible[@]} >= 2 )) && echo "${visible[$(( $1 % ${#visible[@]} ))]}"
   return 0
 }
 
-if [[ "${LEARN_LANES:-1}" == 2 ]]; then
-  # lanes: 2 runs the side lane beside the main one, each on a GPU of its own when there are two
-  main_gpu=$(lane_device 0); side_gpu=$(lane_device 1)
-  ( [[ -n "$main_gpu" ]] && export CUDA_VISIBLE_DEVICES=$main_gpu; main_lane ) & main_pid=$!
-  ( [[ -n "$side_gpu" ]] && export CUDA_VISIBLE_DEVICES=$side_gpu; side_lane ) & side_pid=$!
-  main_ok=true; side_ok=true
-  wait "$main_pid" || main_ok=false
-  wait "$side_pid" || side_ok=false
-  if [[ $main_ok == false || $side_ok == false ]]; then
-    echo "run_learning.sh: the $( [[ $main_ok == false ]] && echo main || echo side ) lane failed (its error is above); rerun to resume" >&2
+LANES=${LEARN_LANES:-1}
+if (( LANES > 1 )); then
+  # the main lane and LANES - 1 side lanes side by side, each on a GPU of its own when there are enough
+  pids=()
+  for (( lane = 0; lane < LANES; lane++ )); do
+    gpu=$(lane_device "$lane")
+    if (( lane == 0 )); then
+      ( [[ -n "$gpu" ]] && export CUDA_VISIBLE_DEVICES=$gpu; main_lane ) & pids+=($!)
+    else
+      ( [[ -n "$gpu" ]] && export CUDA_VISIBLE_DEVICES=$gpu; side_lane "$lane" ) & pids+=($!)
+    fi
+  done
+  failed=()
+  for lane in "${!pids[@]}"; do
+    wait "${pids[$lane]}" || failed+=("$( (( lane == 0 )) && echo main || echo "side $lane")")
+  done
+  if (( ${#failed[@]} )); then
+    echo "run_learning.sh: the ${failed[*]} lane(s) failed (the errors are above); rerun to resume" >&2
     exit 1
   fi
 else
   main_lane
-  side_lane
+  side_lane 1
 fi
 "$PY" "$ROOT/scripts/plot_learning.py" "$RUN" --out "$RUN/plots"
 "$PY" "$ROOT/scripts/learning_compare.py" "$RUN" --out "$RUN/plots/compare.json"

@@ -82,3 +82,22 @@ def test_optimizer_from_sft_is_passed_by_the_launcher_to_the_arms_that_keep_it(t
     assert "LEARN_RL_OPTIMIZER_FROM_SFT='rl rl_same'" in proc.stdout
     for name in ("rl", "rl_fresh", "rl_same"):
         assert "optimizer_from" not in yaml.safe_load((tmp_path / "config" / f"{name}.yaml").read_text())["train"]
+
+
+def test_learning_config_deals_the_ablations_out_to_the_side_lanes(tmp_path):
+    # lanes: N runs the main GRPO and N - 1 side lanes at once (one GPU each on an N-GPU machine); the side
+    # lanes take the ablations in turn, and with lanes: 1 the one side lane follows the main one with all of them
+    arms = "ablations={rl_a: {train.lr: 1.0e-5}, rl_b: {train.lr: 2.0e-5}, rl_c: {train.lr: 3.0e-5}}"
+
+    def settings(*overrides):
+        proc = subprocess.run([sys.executable, str(REPO / "scripts" / "learning_config.py"),
+                               str(REPO / "configs" / "learn_synth_cpu.yaml"), str(tmp_path), arms, *overrides],
+                              capture_output=True, text=True, timeout=120)
+        return proc.returncode, proc.stdout + proc.stderr
+
+    rc, out = settings("lanes=3")
+    assert rc == 0 and "LEARN_LANE_ARMS_1='rl_a rl_c'" in out and "LEARN_LANE_ARMS_2=rl_b" in out
+    rc, out = settings("lanes=1")
+    assert rc == 0 and "LEARN_LANE_ARMS_1='rl_a rl_b rl_c'" in out and "LEARN_LANE_ARMS_2" not in out
+    rc, out = settings("lanes=0")
+    assert rc == 2 and "lanes must be a whole number from 1" in out and "Traceback" not in out
