@@ -54,6 +54,22 @@ def test_two_mini_batches_move_the_ratio_and_clip(model_dir):  # noqa: F811
     assert all(torch.allclose(pa[k], pb[k], atol=1e-6) for k in pa)  # same two optimizer steps
 
 
+def test_one_step_a_rollout_skips_the_old_logprob_pass_and_updates_the_same(model_dir, monkeypatch):  # noqa: F811
+    # on-policy (one optimizer step a rollout) the update's own forward gives the old logprobs: no second pass,
+    # ratio exactly 1, and the same update as with old logprobs computed beforehand
+    samples = _samples(4, seed=7)
+    kw = dict(lr=5e-2, grad_clip=0.0)
+    with_pass, skipped = _backend(model_dir, **kw), _backend(model_dir, **kw)
+    want = with_pass.train_grpo(samples, ADV, with_pass.compute_logprobs(samples))
+    monkeypatch.setattr(skipped, "compute_logprobs", lambda *a, **k: pytest.fail("a separate old-logprob pass ran"))
+    got = skipped.train_grpo(samples, ADV)
+    assert got["ratio_mean"] == 1.0 and got["clip_frac"] == 0.0 and "logprobs_s" not in got
+    assert got["pg_loss"] == pytest.approx(want["pg_loss"], rel=1e-5)
+    pa, pb, start = _params(with_pass), _params(skipped), _params(_backend(model_dir, **kw))
+    assert any(not torch.equal(pa[k], start[k]) for k in pa)  # the step moved the weights
+    assert all(torch.allclose(pa[k], pb[k], atol=1e-6) for k in pa)
+
+
 def _with_rollout_logprobs(backend, samples, shift):
     exact = backend.compute_logprobs(samples)
     for s, row in zip(samples, exact):

@@ -5,7 +5,9 @@ optimizer steps over mini-batches of the rollout, with truncated importance samp
 
 Old logprobs are the trainer's own, recomputed once before the first mini-batch (or the engine's with
 use_rollout_logprobs=true). The first mini-batch therefore trains on-policy (ratio 1 up to bf16
-noise); every later one sees a moved policy, so the ratio differs from 1 and clipping acts.
+noise); every later one sees a moved policy, so the ratio differs from 1 and clipping acts. With one
+optimizer step a rollout there is no later mini-batch: the update's own forward gives the old logprobs
+(ratio exactly 1) and the separate pass is skipped.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ def logprob_mismatch(samples: Sequence[Sample], trainer: Sequence[Sequence[float
     return {"logprob_mismatch_mean": sum(diffs) / len(diffs), "logprob_mismatch_max": max(diffs)}
 
 
+def _have_rollout_logprobs(samples: Sequence[Sample]) -> bool:
+    return all(len(s.rollout_logprobs) == len(s.response_token_ids) for s in samples)
+
+
 def _check_rollout_logprobs(samples: Sequence[Sample], why: str) -> None:
     missing = [s.index for s in samples if len(s.rollout_logprobs) != len(s.response_token_ids)]
     if missing:
@@ -64,21 +70,24 @@ def train_grpo(backend, samples: Sequence[Sample], advantages: Sequence[float],
     elif g.use_rollout_logprobs:
         _check_rollout_logprobs(kept, "grpo.use_rollout_logprobs=true")
         old = [list(s.rollout_logprobs) for s in kept]
+    elif g.num_steps_per_rollout == 1:
+        old = [None] * len(kept)  # on-policy: the loss's own forward, detached (_loss_fn)
     else:
         t0 = time.perf_counter()
         old = backend.compute_logprobs(kept, positions="loss")
         metrics["logprobs_s"] = time.perf_counter() - t0  # the old-logprob pass, apart from the update
-        if all(len(s.rollout_logprobs) == len(s.response_token_ids) for s in kept):
+        if _have_rollout_logprobs(kept):
             metrics |= logprob_mismatch(kept, old)
     for s, lp in zip(kept, old):
-        if len(lp) != len(s.response_token_ids):
+        if lp is not None and len(lp) != len(s.response_token_ids):
             raise ValueError(f"sample {s.index}: {len(lp)} old logprobs for {len(s.response_token_ids)} response "
                              "tokens; use compute_logprobs(samples) or the rollout's per-token logprobs")
 
     per_step: list[dict[str, float]] = []
     for part in split_mini_batches(len(kept), g.num_steps_per_rollout):
         batch = [kept[i] for i in part]
-        measure = g.use_rollout_logprobs and not per_step  # pre-update weights: the engine/trainer gap
+        # pre-update weights: the engine/trainer gap, measured in the update's forward where no pass before it did
+        measure = not per_step and (g.use_rollout_logprobs or (bool(old) and old[0] is None and _have_rollout_logprobs(batch)))
         loss_fn = _loss_fn(backend, batch, [advantages[i] for i in part], [old[i] for i in part], measure)
         per_step.append(backend._step(batch, loss_fn))
     return metrics | _combine(per_step)
@@ -92,7 +101,7 @@ def _loss_fn(backend, batch: list[Sample], advantages: list[float], old: list[li
 
     def loss_fn(mb: MicroBatch, idx: list[int]):
         scores = backend._score(backend.model, mb, mb.loss_mask_BT, entropy=entropy)
-        old_BT = mb.scatter([old[i] for i in idx])
+        old_BT = scores.logprobs_BT.detach() if old[idx[0]] is None else mb.scatter([old[i] for i in idx])
         rollout_BT = mb.scatter([batch[i].rollout_logprobs for i in idx]) if tis else None
         ref_BT = None
         if backend.ref_model is not None:
