@@ -17,7 +17,9 @@ probing held-out pass@num_samples after each, stopping at the first chunk that r
 controls {sft_continued, shuffled_rewards}, ablations {NAME: {rl key: value, ...}} (more GRPO runs from the same
 SFT model, each changing the named rl settings, e.g. rl_lr5e-5: {train.lr: 5.0e-5}; NAME starts with rl_), lanes
 (1: every stage in turn; N > 1: shuffled-reward GRPO and the ablations run beside the main GRPO in N - 1 side
-lanes, each lane on a GPU of its own when there are N). Overrides are dotted: sft.num_steps=10, eval.num_samples=4.
+lanes, each lane on a GPU of its own when there are N), rl_pool (N > 0: GRPO draws its prompts from N train
+problems that SFT never sees, scripts/learning_rl_pool.py; 0: from SFT's own). Overrides are dotted: sft.num_steps=10,
+eval.num_samples=4.
 
 example: python scripts/learning_config.py configs/learn_synth_cpu.yaml runs/learn_cpu seed=1
 """
@@ -37,7 +39,7 @@ sys.path.insert(0, str(REPO))
 from kbencheval.config import ConfigError  # noqa: E402
 
 SECTIONS = {"seed": int, "model": dict, "synth": dict, "eval": dict, "sft": dict, "rl": dict, "sft_stop": dict,
-            "controls": dict, "ablations": dict, "lanes": int}
+            "controls": dict, "ablations": dict, "lanes": int, "rl_pool": int}
 EVAL_KEYS = {"num_problems", "num_samples", "temperature", "top_p", "max_tokens", "device", "num_gpus",
              "cpu_evaluators", "evaluators_per_gpu", "trials", "batch_size", "split", "greedy", "heldout_problems",
              "heldout_samples", "timing", "engine_dtype", "multi_turn", "multi_turn_samples"}
@@ -72,6 +74,10 @@ def load(path: str, overrides: list[str]) -> dict:
     if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 8:
         raise ConfigError(f"lanes must be a whole number from 1 (stages in turn) to 8 (the side GRPO runs in lanes - 1 "
                           f"lanes beside the main one), got {lanes!r}")
+    pool = cfg.get("rl_pool", 0)
+    if not isinstance(pool, int) or isinstance(pool, bool) or pool < 0:
+        raise ConfigError(f"rl_pool must be a whole number of train problems kept from SFT for GRPO (0: none), "
+                          f"got {pool!r}")
     split = cfg.get("eval", {}).get("split", "heldout")
     if split not in ("test", "heldout"):
         raise ConfigError(f"eval.split must be test (in-distribution, needs synth.test_fraction > 0) or heldout "
@@ -94,12 +100,15 @@ def stage_configs(cfg: dict, run: Path) -> tuple[dict, dict]:
     if train.get("lr_schedule", "constant") != "constant" and "num_steps" in sft:  # a decay ends where SFT does
         train.setdefault("lr_decay_steps", sft["num_steps"])
         sft["train"] = train
+    # rl_pool: GRPO's problems are train problems SFT never saw (scripts/learning_rl_pool.py makes both sets)
+    pooled = cfg.get("rl_pool", 0) > 0
+    sft_jsonl = run / "synth" / ("sft_train_minus_rl_pool.jsonl" if pooled else "sft_train.jsonl")
     sft |= {"model_path": str(run / "base"), "out_dir": str(run / "sft"), "seed": seed,
-            "data": {**sft.get("data", {}), "sft_jsonl": str(run / "synth" / "sft_train.jsonl")}}
+            "data": {**sft.get("data", {}), "sft_jsonl": str(sft_jsonl)}}
     rl = json.loads(json.dumps(cfg.get("rl", {})))  # deep copy: main() takes the optimizer_from marker out
     rl |= {"model_path": str(run / "sft" / "hf"), "out_dir": str(run / "rl"), "seed": seed,
-           "data": {**rl.get("data", {}), "source": "local", "path": str(run / "synth" / "train"), "levels": [1],
-                    "heldout_fraction": 0.0}}
+           "data": {**rl.get("data", {}), "source": "local", "levels": [1], "heldout_fraction": 0.0,
+                    "path": str(run / "synth" / ("rl_pool" if pooled else "train"))}}
     return sft, rl
 
 
@@ -189,7 +198,7 @@ def main(argv: list[str]) -> int:
     for name, arm in arms.items():
         (run / "config" / f"{name}.yaml").write_text(yaml.safe_dump(arm, sort_keys=False))
     (run / "config" / "learning.json").write_text(json.dumps(cfg, indent=1) + "\n")
-    flat = {"SEED": cfg.get("seed", 0), "LANES": cfg.get("lanes", 1)}
+    flat = {"SEED": cfg.get("seed", 0), "LANES": cfg.get("lanes", 1), "RL_POOL": cfg.get("rl_pool", 0)}
     flat |= {f"MODEL_{k.upper()}": v for k, v in cfg.get("model", {}).items()}
     flat |= {f"EVAL_{k.upper()}": v for k, v in cfg.get("eval", {}).items()}
     flat["SYNTH_ARGS"] = " ".join(_flag(k, v) for k, v in cfg.get("synth", {}).items())

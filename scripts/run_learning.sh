@@ -10,7 +10,8 @@
 #   4. evaluation of the SFT model on eval.split (sampled; greedy too with eval.greedy), and on the
 #      held-out split beside a test one (eval.heldout_problems): kbench generate / eval / report
 #                                                                          RUN/evals/{test,heldout}_sft*
-#   5. GRPO through scripts/run_rl.sh, starting from the SFT model                     RUN/rl/
+#   5. GRPO through scripts/run_rl.sh, starting from the SFT model (its prompts: with rl_pool: N, N train problems
+#      SFT never saw, set apart after stage 1 by scripts/learning_rl_pool.py)            RUN/rl/
 #   6. the same evaluations of the RL model, same problems, sampling settings and seeds   RUN/evals/*_rl*
 #   7. controls (when set): SFT continued for as many optimizer steps as GRPO took     RUN/sft_continued/
 #      and GRPO with rewards shuffled within each batch                                RUN/rl_shuffled/
@@ -174,6 +175,9 @@ print(max(json.load(open(f))["next_step"] for f in glob.glob(sys.argv[1] + "/che
 # shellcheck disable=SC2086  # LEARN_SYNTH_ARGS is a list of flags
 [[ -f "$RUN/synth/manifest.json" ]] || timed synth "$PY" -m kbencheval.cli synth --out "$RUN/synth" \
   --seed "$LEARN_SEED" $LEARN_SYNTH_ARGS
+if (( ${LEARN_RL_POOL:-0} > 0 )); then  # train problems SFT never sees, for GRPO (remade: under a second)
+  "$PY" "$ROOT/scripts/learning_rl_pool.py" "$RUN" "$LEARN_RL_POOL"
+fi
 [[ -f "$RUN/base/config.json" ]] || timed model "$PY" "$ROOT/scripts/make_tiny_model.py" --out "$RUN/base" \
   --vocab-size "$LEARN_MODEL_VOCAB_SIZE" --hidden "$LEARN_MODEL_HIDDEN" --layers "$LEARN_MODEL_LAYERS" \
   --seed "$LEARN_SEED" --corpus "$RUN/synth/train"

@@ -33,6 +33,13 @@ def test_run_learning_produces_every_stage(tmp_path):
     for folder in ("base", "sft/hf", "rl/hf", "sft_continued/hf", "rl_lr3e-4/hf"):
         assert (run / folder / "config.json").is_file(), folder
     assert list((run / "rl" / "rollouts").glob("step_*.jsonl"))
+    # rl_pool: 2: GRPO drew only from the pool, and SFT never saw those problems
+    pool = {f"L1_{p.stem}" for p in (run / "synth" / "rl_pool" / "level1").glob("*.py")}
+    drawn = {json.loads(line)["problem_key"] for f in (run / "rl" / "rollouts").glob("step_*.jsonl")
+             for line in f.read_text().splitlines() if line.strip()}
+    seen_by_sft = {json.loads(line)["problem"] for line in
+                   (run / "synth" / "sft_train_minus_rl_pool.jsonl").read_text().splitlines()}
+    assert len(pool) == 2 and drawn and drawn <= pool and not pool & seen_by_sft and seen_by_sft
 
     # SFT and RL: the test split sampled (2 problems x 2) and greedy (x 1), the unseen-pair split (2 x 1);
     # the control and the ablation: the test split sampled, which their comparisons use

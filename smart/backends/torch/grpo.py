@@ -87,7 +87,8 @@ def train_grpo(backend, samples: Sequence[Sample], advantages: Sequence[float],
     for part in split_mini_batches(len(kept), g.num_steps_per_rollout):
         batch = [kept[i] for i in part]
         # pre-update weights: the engine/trainer gap, measured in the update's forward where no pass before it did
-        measure = not per_step and (g.use_rollout_logprobs or (bool(old) and old[0] is None and _have_rollout_logprobs(batch)))
+        on_policy = bool(old) and old[0] is None
+        measure = not per_step and (g.use_rollout_logprobs or (on_policy and _have_rollout_logprobs(batch)))
         loss_fn = _loss_fn(backend, batch, [advantages[i] for i in part], [old[i] for i in part], measure)
         per_step.append(backend._step(batch, loss_fn))
     return metrics | _combine(per_step)
