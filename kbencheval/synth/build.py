@@ -62,7 +62,8 @@ class SynthConfig:
     evaluation per variant, so a large corpus for SFT verifies only the ones it keeps."""
     solution_style: str = "ssa"
     """How solutions write the expression (kbencheval.synth.render.STYLES): ssa, one statement per
-    operator in post-order; inline, one nested expression shaped like the PyTorch one, with helpers."""
+    operator in post-order; inline, one nested expression shaped like the PyTorch one, with helpers; mixed,
+    every variant in both (inline_V, ssa_V), so SFT on it teaches two ways to write each kernel."""
 
     def __post_init__(self):
         if self.n < 2:

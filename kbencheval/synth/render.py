@@ -17,7 +17,7 @@ import dataclasses
 
 from kbencheval.synth.grammar import Node, inline_helpers, split_subtree, to_torch, to_triton, to_triton_inline
 
-STYLES = ("ssa", "inline")
+STYLES = ("ssa", "inline", "mixed")  # mixed: each variant in both styles, inline first
 
 _TORCH_DTYPE = {"float32": "torch.float32", "float16": "torch.float16", "bfloat16": "torch.bfloat16"}
 # Half-precision references round after every op while the kernels round once; deep trees need room.
@@ -228,4 +228,8 @@ def solution_variants(spec: Spec, style: str = "ssa") -> dict[str, str]:
     entry is the canonical solution."""
     if style not in STYLES:
         raise ValueError(f"unknown solution style '{style}': use one of {', '.join(STYLES)}")
+    if style == "mixed":  # inline_V, ssa_V for each variant V: the first two are the canonical one in both styles
+        inline, ssa = solution_variants(spec, "inline"), solution_variants(spec, "ssa")
+        return {f"{name}_{variant}": styled[variant] for variant in inline for name, styled in
+                (("inline", inline), ("ssa", ssa))}
     return _elementwise_variants(spec, style) if spec.tail == "none" else _row_variants(spec, style)

@@ -15,6 +15,7 @@ from kbencheval.extract import static_check
 from kbencheval.synth import SynthConfig, generate, static_filter, verify, write
 from kbencheval.synth.build import heldout_pair_set
 from kbencheval.synth.grammar import INLINE_HELPERS, operator_pairs, to_torch, to_triton_inline
+from kbencheval.synth.render import solution_variants
 from tests.support import ENV
 
 
@@ -166,6 +167,26 @@ def test_inline_style_mirrors_the_pytorch_expression_and_passes_the_evaluator():
     assert not dropped and len(kept) == len(problems)
 
 
+def test_mixed_style_writes_each_variant_both_ways_and_sft_sees_both(tmp_path):
+    """mixed: every variant as inline_V and ssa_V (the same kernel, the expression written two ways), so a
+    model trained on it samples either; with two variants kept and sft_variants=mix, SFT's conversations
+    use both styles, one per problem."""
+    cfg = SynthConfig(n=24, seed=3, solution_style="mixed", max_variants=2)
+    problems, _ = static_filter(generate(cfg))
+    for p in problems:
+        inline = solution_variants(p.spec, "inline")
+        ssa = solution_variants(p.spec, "ssa")
+        first = next(iter(inline))
+        assert list(p.variants) == [f"inline_{first}", f"ssa_{first}"]
+        assert p.variants[f"inline_{first}"] == inline[first] and p.variants[f"ssa_{first}"] == ssa[first]
+    write(problems, tmp_path, cfg, {})
+    rows = [json.loads(line) for line in (tmp_path / "sft_train.jsonl").read_text().splitlines()]
+    styles = {r["variant"].split("_")[0] for r in rows}
+    assert styles == {"inline", "ssa"} and len(rows) == len({r["problem"] for r in rows})
+    kept, dropped = verify(problems[:3], device="cpu", evaluators=2, trials=1)
+    assert not dropped and all(len(p.variants) == 2 for p in kept)
+
+
 def test_bad_config_is_one_clear_error():
     with pytest.raises(ConfigError, match="dtypes"):
         SynthConfig(dtypes=["float64"])
@@ -173,7 +194,7 @@ def test_bad_config_is_one_clear_error():
         SynthConfig(heldout_fraction=0.0)
     with pytest.raises(ConfigError, match="max_variants"):
         SynthConfig(max_variants=-1)
-    with pytest.raises(ConfigError, match="solution_style must be one of ssa, inline"):
+    with pytest.raises(ConfigError, match="solution_style must be one of ssa, inline, mixed"):
         SynthConfig(solution_style="nested")
 
 
