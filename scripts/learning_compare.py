@@ -4,8 +4,10 @@ Paired comparisons of a learning run's checkpoints on the same problems and samp
 (RUN/evals/{split}_{phase}[_greedy].json from `kbench report --json`): for each split, each measure
 (pass@1 at T=1, pass@k at the largest k the samples allow, greedy pass@1) and each pair (RL vs SFT,
 continued SFT vs SFT, RL vs continued SFT, shuffled-reward RL vs SFT, each ablation rl_NAME vs SFT and vs RL),
-the mean change over problems with a paired 95% bootstrap interval; and pass@1 per expression size (operators,
-from RUN/synth/manifest.json).
+the mean change over problems with a paired 95% bootstrap interval; pass@1 per expression size (operators,
+from RUN/synth/manifest.json); and, per checkpoint, how its sampled kernels write the expression (ssa: one
+temporary per operator, t1 = ...; inline: one nested expression) with each style's share and pass@1, from the
+evaluation folders' generations and results (synth.solution_style mixed trains on both).
 Prints a table, writes JSON.
 
 example: python scripts/learning_compare.py runs/learn_gpu_s0
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -29,6 +32,38 @@ PAIRS = (("rl", "sft"), ("sft_continued", "sft"), ("rl", "sft_continued"), ("rl_
 def per_problem(report: dict, k: int) -> dict[str, float]:
     """problem key -> unbiased pass@k from its n samples and c correct."""
     return {p["problem_key"]: pass_at_k(p["n"], p["correct"], k) for p in report["problems"] if p["n"] >= k}
+
+
+_SSA_LINE = re.compile(r"^\s*t1 = ", re.MULTILINE)
+
+
+def style_of(text: str) -> str:
+    """How a sampled kernel writes the expression: ssa (t1 = ..., one temporary per operator), inline (one
+    nested expression), or none (no code block)."""
+    if "```" not in text:
+        return "none"
+    return "ssa" if _SSA_LINE.search(text) else "inline"
+
+
+def by_style(folder: Path) -> dict[str, dict[str, float]]:
+    """style -> share of the evaluation's samples and their pass@1, from FOLDER/generations and results.jsonl
+    (kbench generate / eval); empty when the folder is not there."""
+    results = folder / "results.jsonl"
+    if not results.is_file():
+        return {}
+    correct = {}
+    for line in results.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            correct[(r["problem_key"], r["sample"])] = bool(r.get("correct"))
+    cells: dict[str, list[int]] = {}
+    for sample in sorted((folder / "generations").glob("*/sample_*.json")):
+        g = json.loads(sample.read_text())
+        cell = cells.setdefault(style_of(g.get("text") or ""), [0, 0])
+        cell[0] += correct.get((g["problem_key"], g["sample"]), False)
+        cell[1] += 1
+    total = sum(n for _, n in cells.values())
+    return {style: {"share": round(n / total, 4), "pass@1": round(c / n, 4)} for style, (c, n) in sorted(cells.items())}
 
 
 def compare(evals: Path, sizes: dict[str, int]) -> dict:
@@ -70,6 +105,8 @@ def compare(evals: Path, sizes: dict[str, int]) -> dict:
         by_number = sorted(by_size.items(), key=lambda item: (not item[0].isdigit(), int(item[0]) if item[0].isdigit() else 0))
         rows["pass@1 by operators"] = {size: {phase: round(c / n, 4) for phase, (c, n) in sorted(
             cells.items(), key=lambda cell: (cell[0] != "sft", cell[0]))} for size, cells in by_number}
+        phases = sorted(reports, key=lambda name: (name != "sft", name))
+        rows["by style"] = {phase: cells for phase in phases if (cells := by_style(evals / f"{split}_{phase}"))}
         out[split] = rows
     return out
 
@@ -81,6 +118,11 @@ def print_table(result: dict) -> None:
             if isinstance(value, dict) and "diff" in value:
                 print(f"  {name:42s} {100 * value['diff']:+6.1f} points  95% [{100 * value['lo']:+.1f}, "
                       f"{100 * value['hi']:+.1f}]  ({value['n']} problems)")
+            elif name == "by style":
+                for phase, cells in value.items():
+                    print(f"  style, {phase}: " + ", ".join(
+                        f"{style} {100 * c['share']:.0f}% of samples (pass@1 {100 * c['pass@1']:.1f}%)"
+                        for style, c in cells.items()))
             elif name == "pass@1 by operators":
                 for size, phases in value.items():
                     print(f"  pass@1, {size} operators: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in phases.items()))
