@@ -38,13 +38,19 @@ from smart.backends.torch.config import TrainConfig  # noqa: E402
 
 DIGITS = 10
 SEP, BOS = DIGITS, DIGITS + 1
+# --two-styles: every answer can be written two ways, each opened by its own marker: a (the digits reversed) or
+# b (each digit plus its right neighbour, mod 10, reversed: it reads two positions, so a small model gets it wrong
+# more often). SFT shows each half the time, as synth.solution_style mixed does for kernels (inline / ssa).
+STYLE_A, STYLE_B = DIGITS + 2, DIGITS + 3
+TWO_STYLES = False
 
 
 def make_model(seed: int, hidden: int, layers: int):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
-    cfg = Qwen3Config(vocab_size=DIGITS + 2, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
+    vocab = DIGITS + (4 if TWO_STYLES else 2)
+    cfg = Qwen3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=4, head_dim=hidden // 4, max_position_embeddings=64,
                       tie_word_embeddings=True)
     return Qwen3ForCausalLM(cfg)
@@ -55,8 +61,28 @@ def prompts(gen: torch.Generator, n: int, length: int) -> torch.Tensor:
     return torch.cat([torch.full((n, 1), BOS), digits, torch.full((n, 1), SEP)], dim=1)
 
 
-def answers(prompt_ids: torch.Tensor) -> torch.Tensor:
-    return prompt_ids[:, 1:-1].flip(1)
+def answers(prompt_ids: torch.Tensor, style: str = "a") -> torch.Tensor:
+    digits = prompt_ids[:, 1:-1]
+    if not TWO_STYLES:
+        return digits.flip(1)
+    body = digits.flip(1) if style == "a" else ((digits + digits.roll(-1, dims=1)) % DIGITS).flip(1)
+    return torch.cat([torch.full((len(digits), 1), STYLE_A if style == "a" else STYLE_B), body], dim=1)
+
+
+def every_answer(prompt_ids: torch.Tensor) -> list[torch.Tensor]:
+    return [answers(prompt_ids, "a"), answers(prompt_ids, "b")] if TWO_STYLES else [answers(prompt_ids)]
+
+
+def sft_answers(prompt_ids: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """SFT's targets: with two styles, each row in one of them, half and half."""
+    if not TWO_STYLES:
+        return answers(prompt_ids)
+    pick_a = torch.rand(len(prompt_ids), generator=gen) < 0.5
+    return torch.where(pick_a[:, None], answers(prompt_ids, "a"), answers(prompt_ids, "b"))
+
+
+def is_correct(prompt_ids: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    return torch.stack([(out == a).all(-1) for a in every_answer(prompt_ids)]).any(0)
 
 
 def answer_logprobs(model, prompt_ids: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
@@ -75,8 +101,9 @@ def sample(model, prompt_ids: torch.Tensor, length: int, temperature: float, gen
     ids = prompt_ids
     for _ in range(length):
         logits = model(input_ids=ids).logits[:, -1].float()
-        if temperature == 0:
-            nxt = logits[:, :DIGITS].argmax(-1, keepdim=True)
+        if temperature == 0:  # the answer's tokens only: digits and, with two styles, the markers
+            logits[:, SEP] = logits[:, BOS] = -float("inf")
+            nxt = logits.argmax(-1, keepdim=True)
         else:
             probs = torch.softmax(logits / temperature, -1)
             nxt = torch.multinomial(probs, 1, generator=gen)
@@ -86,14 +113,19 @@ def sample(model, prompt_ids: torch.Tensor, length: int, temperature: float, gen
 
 @torch.no_grad()
 def measure(model, test_prompts: torch.Tensor) -> dict[str, float]:
-    """Exact pass@1 at T=1, greedy pass@1, and the mean entropy a token along the answer."""
-    target = answers(test_prompts)
-    logits = answer_logits(model, test_prompts, target)
-    answer_logp = token_logprobs(logits, target).sum(-1)
-    entropy = entropy_from_logits(logits).mean()
+    """Exact pass@1 at T=1 (the answers' probabilities added), greedy pass@1, the mean entropy a token along
+    the answers and, with two styles, the probability of opening with style a."""
+    pass1, entropies, first_logp = 0.0, [], None
+    for target in every_answer(test_prompts):
+        logits = answer_logits(model, test_prompts, target)
+        logp = token_logprobs(logits, target)
+        pass1 = pass1 + logp.sum(-1).exp()
+        entropies.append(entropy_from_logits(logits).mean().item())
+        first_logp = logp[:, 0] if first_logp is None else first_logp  # style a's marker
     greedy = sample(model, test_prompts, target.shape[1], 0.0, torch.Generator().manual_seed(0))
-    return {"pass1_t1": answer_logp.exp().mean().item(), "greedy": (greedy == target).all(-1).float().mean().item(),
-            "entropy": entropy.item()}
+    out = {"pass1_t1": pass1.mean().item(), "greedy": is_correct(test_prompts, greedy).float().mean().item(),
+           "entropy": sum(entropies) / len(entropies)}
+    return out | ({"style_a": first_logp.exp().mean().item()} if TWO_STYLES else {})
 
 
 def sft(model, args, gen: torch.Generator, test_prompts: torch.Tensor) -> tuple[dict[str, float], dict]:
@@ -103,9 +135,10 @@ def sft(model, args, gen: torch.Generator, test_prompts: torch.Tensor) -> tuple[
     # warm-up times cosine from step 0 (not the torch backend's warm-up-then-cosine): the recorded calibration used it
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 50) * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * min(s, total) / total))))
+    style_gen = torch.Generator().manual_seed(args.seed + 7)
     for step in range(1, total + 1):
         p = prompts(gen, args.sft_batch, args.length)
-        loss = -answer_logprobs(model, p, answers(p)).mean()
+        loss = -answer_logprobs(model, p, sft_answers(p, style_gen)).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -129,14 +162,15 @@ def grpo_arm(start, sft_optimizer: dict, arm: dict, args, test_prompts: torch.Te
             group["lr"] = group["initial_lr"] = arm["lr"]
     sched = torch.optim.lr_scheduler.LambdaLR(opt, TrainConfig(lr=arm["lr"], warmup_steps=args.warmup).lr_factor)
     gen = torch.Generator().manual_seed(args.seed + 1)  # the same prompts and sampling stream for every arm
+    style_gen = torch.Generator().manual_seed(args.seed + 8)  # continued SFT's styles, apart from that stream
     curve = [dict(step=0, **measure(model, test_prompts), rollout_correct=None)]
     t0 = time.perf_counter()
     for step in range(1, args.steps + 1):
         p = prompts(gen, arm["prompts"], args.length).repeat_interleave(args.group, dim=0)
-        out = sample(model, p, args.length, 1.0, gen)
-        rewards = (out == answers(p)).all(-1).float()
+        out = sample(model, p, args.length + TWO_STYLES, 1.0, gen)
+        rewards = is_correct(p, out).float()
         if arm["scheme"] == "sft":
-            loss = -answer_logprobs(model, p, answers(p)).mean()
+            loss = -answer_logprobs(model, p, sft_answers(p, style_gen)).mean()
         else:
             adv = advantages_for(rewards, args.group, arm["scheme"])
             logp = answer_logprobs(model, p, out)
@@ -177,6 +211,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--length", type=int, default=20, help="digits to reverse")
+    ap.add_argument("--two-styles", action="store_true",
+                    help="every answer in two styles, an easy and a hard one, half and half in SFT (see STYLE_A)")
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--sft-lr", type=float, default=3e-3)
@@ -192,6 +228,8 @@ def main() -> None:
     ap.add_argument("--test-prompts", type=int, default=512)
     ap.add_argument("--out", default="runs/grpo_calibration.json")
     args = ap.parse_args()
+    global TWO_STYLES
+    TWO_STYLES = args.two_styles
     torch.set_num_threads(max(1, torch.get_num_threads()))
     arms = arms_from(args.arms)
 
@@ -200,7 +238,8 @@ def main() -> None:
     t0 = time.perf_counter()
     start, sft_optimizer = sft(model, args, torch.Generator().manual_seed(args.seed), test_prompts)
     print(f"SFT: {args.sft_steps} steps in {time.perf_counter() - t0:.0f} s: pass@1 (T=1) {start['pass1_t1']:.3f}, "
-          f"greedy {start['greedy']:.3f}, entropy {start['entropy']:.4f} nats a token", flush=True)
+          f"greedy {start['greedy']:.3f}, entropy {start['entropy']:.4f} nats a token"
+          + (f", style a {start['style_a']:.3f}" if TWO_STYLES else ""), flush=True)
 
     results = []
     print(f"\n{'arm':<28} {'pass@1 T=1 start -> end (min)':>32} {'greedy':>15} {'entropy':>17} {'s':>5}")
@@ -214,7 +253,8 @@ def main() -> None:
         print(f"{name:<28} "
               f"{c[0]['pass1_t1']:>12.3f} -> {c[-1]['pass1_t1']:.3f} ({low:.3f})      "
               f"{c[0]['greedy']:.3f} -> {c[-1]['greedy']:.3f} {c[0]['entropy']:.4f} -> {c[-1]['entropy']:.4f} "
-              f"{r['seconds']:>5.0f}", flush=True)
+              f"{r['seconds']:>5.0f}"
+              + (f"   style a {c[0]['style_a']:.3f} -> {c[-1]['style_a']:.3f}" if TWO_STYLES else ""), flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "sft": start, "arms": results},
                                          indent=1))

@@ -40,3 +40,24 @@ def test_cli_writes_a_curve_per_arm_and_refuses_an_unknown_scheme(tmp_path):
     assert result["arms"][0]["curve"][0]["pass1_t1"] == result["sft"]["pass1_t1"]  # every arm starts from SFT
     bad = subprocess.run(cmd + ["--arms", "greedy:1e-3:2"], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "not SCHEME:LR:PROMPTS" in bad.stderr
+
+
+def test_two_styles_exact_pass_at_1_adds_both_answers_and_matches_sampling(monkeypatch):
+    # --two-styles: an answer is right in either style; the exact pass@1 adds the two answers' probabilities
+    monkeypatch.setattr(cal, "TWO_STYLES", True)
+    model = cal.make_model(0, hidden=16, layers=1)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    test = cal.prompts(torch.Generator().manual_seed(5), 4, length=1)
+    a, b = cal.answers(test, "a"), cal.answers(test, "b")
+    assert (a[:, 0] == cal.STYLE_A).all() and (b[:, 0] == cal.STYLE_B).all() and not torch.equal(a[:, 1:], b[:, 1:])
+    mixed = cal.sft_answers(test.repeat(50, 1), torch.Generator().manual_seed(0))[:, 0]
+    assert 0.3 < (mixed == cal.STYLE_A).float().mean() < 0.7  # SFT shows each style about half the time
+    measured = cal.measure(model, test)
+    reps = 4000
+    out = cal.sample(model, test.repeat_interleave(reps, 0), 2, 1.0, torch.Generator().manual_seed(6))
+    sampled = cal.is_correct(test.repeat_interleave(reps, 0), out).float().mean().item()
+    exact = measured["pass1_t1"]
+    sigma = (exact * (1 - exact) / (4 * reps)) ** 0.5
+    assert exact > 0.001 and abs(sampled - exact) < 4 * sigma + 1e-3, (exact, sampled)
+    assert 0.0 < measured["style_a"] < 1.0
