@@ -39,8 +39,8 @@ from smart.backends.torch.config import TrainConfig  # noqa: E402
 DIGITS = 10
 SEP, BOS = DIGITS, DIGITS + 1
 # --two-styles: every answer can be written two ways, each opened by its own marker: a (the digits reversed) or
-# b (each digit plus its right neighbour, mod 10, reversed: it reads two positions, so a small model gets it wrong
-# more often). SFT shows each half the time, as synth.solution_style mixed does for kernels (inline / ssa).
+# b (the digits in their order: a copy, which a small model gets right more often than a reversal). SFT shows
+# each half the time, as synth.solution_style mixed does for kernels (inline / ssa).
 STYLE_A, STYLE_B = DIGITS + 2, DIGITS + 3
 TWO_STYLES = False
 
@@ -65,7 +65,7 @@ def answers(prompt_ids: torch.Tensor, style: str = "a") -> torch.Tensor:
     digits = prompt_ids[:, 1:-1]
     if not TWO_STYLES:
         return digits.flip(1)
-    body = digits.flip(1) if style == "a" else ((digits + digits.roll(-1, dims=1)) % DIGITS).flip(1)
+    body = digits.flip(1) if style == "a" else digits
     return torch.cat([torch.full((len(digits), 1), STYLE_A if style == "a" else STYLE_B), body], dim=1)
 
 
