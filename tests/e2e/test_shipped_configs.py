@@ -61,7 +61,7 @@ def test_learning_config_refuses_a_prepared_synth_set_made_with_other_settings(t
                               capture_output=True, text=True, timeout=120)
 
     stale = run()
-    assert stale.returncode == 2 and "solution_style: set has 'ssa', config asks 'inline'" in stale.stderr
+    assert stale.returncode == 2 and "solution_style: set has 'ssa', config asks 'mixed'" in stale.stderr
     assert run("synth.solution_style=ssa").returncode == 0
     other_seed = run("synth.solution_style=ssa", "seed=1")
     assert other_seed.returncode == 2 and "seed: set has 0" in other_seed.stderr
