@@ -222,12 +222,12 @@ class TorchTrainBackend(WeightsMixin):
 
         `advantages`: one per sample. `old_logprobs`: one list per sample (per response token); by
         default the trainer computes them once, before the first step (the engine's with
-        grpo.use_rollout_logprobs). Untrainable samples (FAILED, ABORTED, all-zero mask) are dropped."""
+        grpo.use_rollout_logprobs; with one step a rollout, the step's own forward). Untrainable samples (FAILED, ABORTED, all-zero mask) are dropped."""
         return grpo.train_grpo(self, samples, advantages, old_logprobs)
 
     def train_step(self, samples: Sequence[Sample], advantages: Sequence[float]) -> dict[str, float]:
-        """One RL step on one rollout: old logprobs computed here once (or the engine's), then
-        grpo.num_steps_per_rollout GRPO updates. Reports logprob_mismatch_{mean,max}, the
+        """One RL step on one rollout: old logprobs computed here once (or the engine's; with one update a
+        rollout, the update's own forward), then grpo.num_steps_per_rollout GRPO updates. Reports logprob_mismatch_{mean,max}, the
         engine-vs-trainer gap on trained tokens, and the importance weights when grpo.tis_clip > 0."""
         return grpo.train_grpo(self, samples, advantages)
 
