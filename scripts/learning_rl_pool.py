@@ -9,10 +9,13 @@ order); writes
 
     RUN/synth/rl_pool/level1/*.py              the pool's problem files (GRPO's data.path)
     RUN/synth/sft_train_minus_rl_pool.jsonl    sft_train.jsonl without the pool's conversations (SFT's data)
+
+example: python scripts/learning_rl_pool.py runs/learn_gpu_s0 1000
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import sys
@@ -43,12 +46,13 @@ def make_pool(synth: Path, n: int) -> tuple[int, int]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or not argv[1].isdigit():
-        print("usage: python scripts/learning_rl_pool.py RUN_DIR N", file=sys.stderr)
-        return 2
-    synth = Path(argv[0]) / "synth"
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run", type=Path, help="the learning run's folder (RUN/synth is read and written)")
+    ap.add_argument("n", type=int, help="how many train problems to keep out of SFT for GRPO")
+    args = ap.parse_args(argv)
+    synth = args.run / "synth"
     try:
-        pooled, kept = make_pool(synth, int(argv[1]))
+        pooled, kept = make_pool(synth, args.n)
     except (OSError, ValueError, KeyError) as e:
         print(f"learning_rl_pool: {synth}: {e}", file=sys.stderr)
         return 2
