@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-variants", type=int, default=0,
                     help="keep the first K solution variants per problem, canonical first (0: all)")
     ap.add_argument("--solution-style", default="ssa", choices=STYLES,
-                    help="ssa: one statement per operator; inline: one nested expression shaped like PyTorch's")
+                    help="ssa: one statement per operator; inline: one nested expression shaped like PyTorch's; "
+                    "mixed: every variant both ways (inline_V, ssa_V)")
     ap.add_argument("--verify", action="store_true", help="run every solution variant through the evaluator")
     ap.add_argument("--device", default="cpu", help="evaluator device for --verify: cpu (interpreter) or cuda[:N]")
     ap.add_argument("--evaluators", type=int, default=1, help="evaluators run side by side for --verify")
