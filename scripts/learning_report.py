@@ -66,7 +66,8 @@ def section(run: Path, files: Path, doc: Path) -> str:
         lines += ["| success criterion | change, paired 95% interval (points) | |", "| --- | --- | --- |",
                   *criteria_rows(test), ""]
     for split, rows in compare.items():
-        measures = [k for k, v in rows.items() if isinstance(v, dict) and "diff" not in v and k != "pass@1 by operators"]
+        measures = [k for k, v in rows.items()
+                    if isinstance(v, dict) and "diff" not in v and k not in ("pass@1 by operators", "by style")]
         phases = sorted({p for m in measures for p in rows[m]}, key=lambda p: (p != "sft", p != "rl", p))
         lines += [f"**{split}**", "", "| measure | " + " | ".join(phases) + " |", "| --- " * (len(phases) + 1) + "|"]
         lines += [f"| {m} | " + " | ".join(pct(rows[m].get(p)) for p in phases) + " |" for m in measures]
@@ -76,6 +77,11 @@ def section(run: Path, files: Path, doc: Path) -> str:
         if sizes:
             lines += ["", "| operators | " + " | ".join(phases) + " |", "| --- " * (len(phases) + 1) + "|"]
             lines += [f"| {size} | " + " | ".join(pct(cells.get(p)) for p in phases) + " |" for size, cells in sizes.items()]
+        styles = rows.get("by style", {})  # how the sampled kernels write the expression (learning_compare.style_of)
+        if styles:
+            lines += ["", "| checkpoint | style | share of samples | pass@1 |", "| --- | --- | --- | --- |"]
+            lines += [f"| {phase} | {style} | {pct(c['share'])} | {pct(c['pass@1'])} |"
+                      for phase, cells in styles.items() for style, c in cells.items()]
         lines.append("")
     turns = {p.stem.removeprefix("multiturn_"): json.loads(p.read_text()) for p in sorted((run / "evals").glob("multiturn_*.json"))}
     if turns:

@@ -116,3 +116,5 @@ def _check_report_page(run, tmp_path, change: dict) -> None:
     assert f"| pass@1: rl - sft | {100 * change['diff']:+.1f} [" in text and "| turn 2 |" in text
     assert "test pass@1 after GRPO - after SFT >= +15 points" in text and "![test.png](learning/learn/test.png)" in text
     assert (doc.parent / "learning" / "learn" / "compare.json").is_file()
+    styles = "| checkpoint | style | share of samples | pass@1 |\n"  # learning_compare's per-style table
+    assert styles in text and "| sft | " in text
