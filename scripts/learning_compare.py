@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kbencheval.bench.metrics import paired_bootstrap, pass_at_k  # noqa: E402
+from kbencheval.bench.store import read_results  # noqa: E402
 
 PAIRS = (("rl", "sft"), ("sft_continued", "sft"), ("rl", "sft_continued"), ("rl_shuffled", "sft"))
 
@@ -51,11 +52,8 @@ def by_style(folder: Path) -> dict[str, dict[str, float]]:
     results = folder / "results.jsonl"
     if not results.is_file():
         return {}
-    correct = {}
-    for line in results.read_text().splitlines():
-        if line.strip():
-            r = json.loads(line)
-            correct[(r["problem_key"], r["sample"])] = bool(r.get("correct"))
+    records, _ = read_results(results)  # the report's reader: an unreadable line is skipped, not fatal
+    correct = {key: bool(r.get("correct")) for key, r in records.items()}
     cells: dict[str, list[int]] = {}
     for sample in sorted((folder / "generations").glob("*/sample_*.json")):
         g = json.loads(sample.read_text())

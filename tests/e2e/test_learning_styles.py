@@ -30,6 +30,8 @@ def test_by_style_counts_shares_and_pass_rates(tmp_path):
         (folder / f"sample_{k}.json").write_text(json.dumps({"problem_key": key, "sample": k, "text": text}))
     (tmp_path / "results.jsonl").write_text("".join(
         json.dumps({"problem_key": key, "sample": k, "correct": ok}) + "\n" for key, k, _, ok in samples))
+    with (tmp_path / "results.jsonl").open("a") as f:
+        f.write('{"problem_key": "L1_1_A", "sam')  # a line torn by a killed writer is skipped, not fatal
     assert learning_compare.by_style(tmp_path) == {"inline": {"share": 0.5, "pass@1": 1.0},
                                                    "ssa": {"share": 0.5, "pass@1": 0.5}}
     assert learning_compare.by_style(tmp_path / "missing") == {}
