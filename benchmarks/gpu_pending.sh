@@ -16,6 +16,8 @@
 #   megatron_driver tests/smart/test_megatron_gpu.py -k driver, stacks dumped after 150 s, Ray logs packed    (280)
 #   megatron_rl     one GRPO step from scripts/run_rl.sh with backend megatron, tiny random Qwen3      (280)
 #   megatron_throughput train_throughput.py on both Qwen3 shapes, both backends, 16 x 1024 tokens    (500)
+#   throughput_profile  train_throughput.py --profile at the 1.7B shape: Megatron, torch, torch with foreach Adam,
+#                   torch with 16k-token micro-batches; GPU ms per kernel category and host gap per pass       (500)
 #   corpus          corpus verify records/min and index build                                            (300)
 #   weights         weight sync s/GB, disk/tensor/distributed: trainer and kbench serve on the GPU, random
 #                   Qwen3 1.2 GB fp32 (distributed: gloo, NCCL refuses 2 ranks on 1 GPU); ~2 min       (240)
@@ -52,6 +54,9 @@
 #                   git archive --format=tar.gz -o runs/suite_before43.tgz 42a9ae0^ -- . ':!benchmarks/results' ':!docs'
 #                   and carry it
 #   suite_compare_status  how far it is; copies each run's JSON (work/suite_compare_NAME_I.json)
+#   chain_start     the steps in CHAIN_STEPS one after another, detached like learning_start (so a second GPU pair
+#                   works beside a learning run): CHAIN_STEPS="mg_parity fsdp2" CUDA_VISIBLE_DEVICES=2,3 ...
+#   chain_status    how far the chain is; copies its step logs and JSONs into work/chain/
 # A machine is held at most 30 minutes and goes back after 30 s idle: chain the calls. Step times on one
 # H100, for planning: gpu_tests ~500 s, check_latency ~100 s, corpus ~220 s, megatron ~350 s, suite_trusted
 # ~450 s, suite_events ~200 s, suite_4w ~200-250 s, async ~220 s, the learning run ~25 minutes of stages.
@@ -71,6 +76,7 @@ mkdir -p "$work"
 export PYTHONUNBUFFERED=1
 compare=/tmp/tritonforge_suite_compare  # the detached before/after suite runs
 learn=/tmp/tritonforge_learning  # the detached run lives outside $OUT, which each call empties
+chain=/tmp/tritonforge_chain  # the detached chain of steps, likewise
 tests=/tmp/tritonforge_gpu_tests  # the detached tests, likewise
 
 run() {  # step seconds command...
@@ -110,6 +116,10 @@ for step in "$@"; do
           out_dir=/tmp/rl_megatron num_steps=1 eval_every=0 'data.problems=["L1_1_ReLU"]' rollout.max_new_tokens=16 \
           rollout.n_samples_per_prompt=4 rollout.prompts_per_step=1 rollout.filter_fn= \
           reward.reward_fn=tests.smart.test_megatron_gpu:varied_rewards ;;
+    throughput_profile) run throughput_profile 500 "$py" benchmarks/train_throughput.py --models qwen3-1.7b --samples 16 \
+        --steps 3 --profile --variants megatron torch torch:fused_optimizer=false torch:micro_batch_tokens=16384 \
+        --out "$work/train_throughput_profile.json"
+      tail -n 16 "$work/throughput_profile.log" ;;
     megatron_throughput)  # both Qwen3 shapes (0.6B, 1.7B), both backends, in one process
       run megatron_throughput_full 500 "$py" benchmarks/train_throughput.py --samples 16 --steps 3 \
           --out "$work/train_throughput_full_h100.json" ;;
@@ -222,6 +232,14 @@ print(json.dumps(r)); json.dump(r, open(sys.argv[2], \"w\"), indent=2)" $runs/ti
       cp "$compare/log" "$work/suite_compare.log" 2>/dev/null
       tail -n 2 "$compare"/log_*.txt > "$work/suite_compare_tails.txt" 2>/dev/null
       echo "== suite_compare_status: $(tail -n 1 "$compare/log" 2>/dev/null || echo 'not started')" ;;
+    chain_start)
+      rm -rf "$chain" && mkdir -p "$chain" && cp -a . "$chain/src"
+      (cd "$chain/src" && setsid nohup bash -c "bash benchmarks/gpu_pending.sh '$chain/out' ${CHAIN_STEPS:?}; echo chain done" \
+          > "$chain/log" 2>&1 &)
+      echo "== chain_start: $CHAIN_STEPS on GPUs ${CUDA_VISIBLE_DEVICES:-all}" ;;
+    chain_status)
+      mkdir -p "$work/chain" && cp -r "$chain/out/work/." "$work/chain/" 2>/dev/null; cp "$chain/log" "$work/chain.log" 2>/dev/null
+      echo "== chain_status: $(grep -c '^== ' "$chain/log" 2>/dev/null) steps ended; last line: $(tail -n 1 "$chain/log" 2>/dev/null)" ;;
     *) echo "unknown step '$step'; steps are listed at the top of $0"; exit 2 ;;
   esac
 done

@@ -2,6 +2,8 @@
 
     python benchmarks/train_throughput.py --quick                 # ~0.6B only, small batch (a few minutes)
     python benchmarks/train_throughput.py --out benchmarks/results/train_throughput.json
+    python benchmarks/train_throughput.py --models qwen3-1.7b --samples 16 --profile \
+        --variants megatron torch torch:fused_optimizer=false torch:micro_batch_tokens=16384
 
 For each model (Qwen3-0.6B and Qwen3-1.7B shapes, random weights, bf16 compute) and each backend
 in the same process on one GPU: compute_logprobs, train_sft and train_grpo, one warm-up then the
@@ -13,6 +15,10 @@ three times that (forward + backward), where N counts every matmul weight (the o
 included, the embedding lookup not), L layers, d_attn = heads*head_dim and T the mean row length.
 The torch backend keeps fp32 master weights under bf16 autocast; Megatron keeps bf16 weights with
 fp32 master copies in its optimizer. Neither recomputes activations here.
+
+--variants runs a backend with changed train knobs beside the defaults (BACKEND:key=value,...), so a
+before/after is measured in one process on one GPU; --profile adds one profiled call per pass with its
+GPU time by kernel category and the host gap (benchmarks/kernel_profile.py).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.kernel_profile import profile_call  # noqa: E402
 from smart.backends import backend_class, backend_config_class  # noqa: E402
 from smart.sample import Sample, SampleStatus  # noqa: E402
 
@@ -78,8 +85,25 @@ def timed(fn, steps: int) -> list[float]:
     return secs
 
 
-def run_backend(kind: str, folder: str, samples: list[Sample], shape: dict, args) -> list[dict]:
-    knobs = dict(model_path=folder, dtype="bf16", lr=1e-6, micro_batch_tokens=args.micro_batch_tokens)
+def parse_variant(text: str) -> tuple[str, dict]:
+    """'torch:fused_optimizer=false,micro_batch_tokens=16384' -> ('torch', {...}), values parsed as YAML scalars."""
+    import yaml
+
+    kind, _, knobs = text.partition(":")
+    if kind not in ("megatron", "torch"):
+        raise SystemExit(f"--variants {text!r}: the backend before ':' must be megatron or torch")
+    parsed = {}
+    for item in filter(None, knobs.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise SystemExit(f"--variants {text!r}: write knobs as key=value, separated by commas")
+        parsed[key] = yaml.safe_load(value)
+    return kind, parsed
+
+
+def run_backend(variant: str, folder: str, samples: list[Sample], shape: dict, args) -> list[dict]:
+    kind, extra = parse_variant(variant)
+    knobs = {"model_path": folder, "dtype": "bf16", "lr": 1e-6, "micro_batch_tokens": args.micro_batch_tokens, **extra}
     torch.cuda.reset_peak_memory_stats()
     backend = backend_class(kind)(backend_config_class(kind)(**knobs))
     tokens = sum(s.total_len for s in samples)
@@ -95,13 +119,24 @@ def run_backend(kind: str, folder: str, samples: list[Sample], shape: dict, args
         secs = timed(fn, args.steps)
         med = statistics.median(secs)
         tflops = tokens * fwd_flops_per_token * flop_mult / med / 1e12
-        rows.append({"backend": kind, "pass": name, "median_s": med, "min_s": min(secs), "max_s": max(secs),
+        rows.append({"backend": variant, "pass": name, "median_s": med, "min_s": min(secs), "max_s": max(secs),
                      "tokens_per_s": tokens / med, "tflops": tflops, "mfu": tflops / args.peak_tflops,
                      "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30})
+        if args.profile:
+            rows[-1]["profile"] = profile_call(fn)
     del backend
     gc.collect()
     torch.cuda.empty_cache()
     return rows
+
+
+def print_profiles(results: list[dict]) -> None:
+    print("\nprofiled call: GPU ms by kernel category (streams may overlap), busy = union of kernels, gap = wall - busy")
+    for r in results:
+        p = r["profile"]
+        cats = ", ".join(f"{k} {v:.0f}" for k, v in p["ms_by_category"].items() if v >= 1)
+        print(f"{r['model']} {r['backend']} {r['pass']}: wall {p['wall_ms']:.0f} busy {p['busy_ms']:.0f} "
+              f"gap {p['host_gap_ms']:.0f} | {cats}")
 
 
 def main() -> None:
@@ -113,7 +148,10 @@ def main() -> None:
     ap.add_argument("--micro-batch-tokens", type=int, default=8192)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--vocab", type=int, default=151936)
-    ap.add_argument("--backends", nargs="+", default=["megatron", "torch"], choices=["megatron", "torch"])
+    ap.add_argument("--variants", "--backends", nargs="+", default=["megatron", "torch"],
+                    help="backends to run, each optionally with changed knobs: torch:fused_optimizer=false")
+    ap.add_argument("--profile", action="store_true", help="one more call per pass under torch.profiler: GPU ms by "
+                    "kernel category and the host gap")
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="dense bf16 peak; 0 = look up the GPU name")
     ap.add_argument("--out", default="benchmarks/results/train_throughput.json")
     args = ap.parse_args()
@@ -130,16 +168,19 @@ def main() -> None:
     for model in args.models:
         with tempfile.TemporaryDirectory() as folder:
             shape = make_model(model, Path(folder), args.vocab)
-            for kind in args.backends:
-                for row in run_backend(kind, folder, samples, shape, args):
+            for variant in args.variants:
+                for row in run_backend(variant, folder, samples, shape, args):
                     results.append({"model": model, **row})
     print(f"\n{device}, {args.samples} samples x {args.seq} tokens per step, micro-batch budget "
           f"{args.micro_batch_tokens} tokens, median of {args.steps} (peak {args.peak_tflops:g} TFLOP/s bf16)")
-    print(f"{'model':11s} {'backend':9s} {'pass':17s} {'median ms':>10s} {'tokens/s':>10s} {'TFLOP/s':>8s} {'MFU':>6s} "
+    width = max(9, *(len(v) for v in args.variants))
+    print(f"{'model':11s} {'backend':{width}s} {'pass':17s} {'median ms':>10s} {'tokens/s':>10s} {'TFLOP/s':>8s} {'MFU':>6s} "
           f"{'peak GiB':>9s}")
     for r in results:
-        print(f"{r['model']:11s} {r['backend']:9s} {r['pass']:17s} {r['median_s'] * 1e3:10.1f} {r['tokens_per_s']:10.0f} "
+        print(f"{r['model']:11s} {r['backend']:{width}s} {r['pass']:17s} {r['median_s'] * 1e3:10.1f} {r['tokens_per_s']:10.0f} "
               f"{r['tflops']:8.1f} {r['mfu']:6.1%} {r['peak_mem_gib']:9.1f}")
+    if args.profile:
+        print_profiles(results)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"device": device, "args": vars(args), "results": results}, indent=2))

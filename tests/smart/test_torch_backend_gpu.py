@@ -32,3 +32,16 @@ def test_bf16_autocast_trains_with_fp32_master_weights(model_dir):  # noqa: F811
     m = b.train_grpo(samples, [1.0, -1.0, 0.5, -0.5], b.compute_logprobs(samples))
     assert m["ratio_mean"] == pytest.approx(1.0, abs=1e-3)
     assert all(t.device.type == "cpu" for t in b.state_dict_for_sync(torch.bfloat16).values())
+
+
+def test_fused_adamw_takes_the_same_step_as_foreach(model_dir):  # noqa: F811
+    samples = _samples(4)
+    weights = {}
+    for fused in (True, False):
+        b = TorchTrainBackend(TrainConfig(model_path=model_dir, lr=1e-3, fused_optimizer=fused))
+        assert b.optimizer.defaults["fused"] is (True if fused else None)
+        for _ in range(3):
+            b.train_sft(samples)
+        weights[fused] = _params(b)
+    for name, value in weights[True].items():
+        torch.testing.assert_close(value, weights[False][name], rtol=1e-4, atol=1e-5, msg=name)

@@ -95,11 +95,13 @@ class TorchTrainBackend(WeightsMixin):
                 self._shard(self.ref_model)
         self.model.train()
 
+        fused = cfg.fused_optimizer and self.device.type == "cuda" and not self.fsdp
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
             lr=cfg.lr,
             weight_decay=cfg.weight_decay,
             betas=(cfg.adam_beta1, cfg.adam_beta2),
+            fused=fused or None,
         )
         if cfg.optimizer_from:
             self.load_optimizer_moments(cfg.optimizer_from)

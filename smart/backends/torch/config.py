@@ -89,6 +89,9 @@ class TrainConfig:
     """keep a frozen copy of the initial model for KL and reference logprobs"""
     gradient_checkpointing: bool = False
     attn_implementation: str = "sdpa"
+    fused_optimizer: bool = True
+    """on one CUDA GPU, AdamW's fused kernel (a few launches for all parameters) instead of its foreach path;
+    the same update. CPU and FSDP runs keep foreach (fused over FSDP2's sharded tensors is unverified here)"""
     save_optimizer: bool = True
     """false: checkpoints hold weights, step and RNG only (Adam state is 2x the fp32 weights); a resumed
     run then starts with fresh Adam moments"""
