@@ -17,6 +17,7 @@
 #   megatron_rl     one GRPO step from scripts/run_rl.sh with backend megatron, tiny random Qwen3      (280)
 #   megatron_throughput train_throughput.py on both Qwen3 shapes, both backends, 16 x 1024 tokens    (500)
 #   throughput_profile  train_throughput.py --profile at the 1.7B shape: Megatron, torch, torch with foreach Adam,
+#                   torch with compiled layers,
 #                   torch with 16k-token micro-batches; GPU ms per kernel category and host gap per pass       (500)
 #   corpus          corpus verify records/min and index build                                            (300)
 #   weights         weight sync s/GB, disk/tensor/distributed: trainer and kbench serve on the GPU, random
@@ -117,7 +118,7 @@ for step in "$@"; do
           rollout.n_samples_per_prompt=4 rollout.prompts_per_step=1 rollout.filter_fn= \
           reward.reward_fn=tests.smart.test_megatron_gpu:varied_rewards ;;
     throughput_profile) run throughput_profile 500 "$py" benchmarks/train_throughput.py --models qwen3-1.7b --samples 16 \
-        --steps 3 --profile --variants megatron torch torch:fused_optimizer=false torch:micro_batch_tokens=16384 \
+        --steps 3 --profile --variants megatron torch torch:fused_optimizer=false torch:micro_batch_tokens=16384 torch:compile_layers=true \
         --out "$work/train_throughput_profile.json"
       tail -n 16 "$work/throughput_profile.log" ;;
     megatron_throughput)  # both Qwen3 shapes (0.6B, 1.7B), both backends, in one process

@@ -274,3 +274,20 @@ def test_reference_model_stays_frozen(model_dir):
 def test_use_ref_without_reference_is_an_error(model_dir):
     with pytest.raises(ValueError, match="use_ref_model"):
         _backend(model_dir).compute_logprobs(_samples(1), use_ref=True)
+
+
+@pytest.mark.slow  # compiling two layers on a 2-core CPU takes about 30 s
+def test_compiled_layers_score_and_train_like_eager_ones(model_dir):
+    results = {}
+    for compiled in (False, True):
+        b = TorchTrainBackend(TrainConfig(model_path=model_dir, lr=1e-3, compile_layers=compiled))
+        samples = _samples(4)
+        logprobs = b.compute_logprobs(samples)
+        b.train_sft(samples)
+        b.train_grpo(samples, [1.0, -1.0, 0.5, -0.5], b.compute_logprobs(samples))
+        results[compiled] = (logprobs, _params(b))
+    eager, compiled = results[False], results[True]
+    for row_eager, row_compiled in zip(eager[0], compiled[0]):
+        assert row_compiled == pytest.approx(row_eager, abs=1e-5)
+    for name, value in eager[1].items():
+        torch.testing.assert_close(compiled[1][name], value, rtol=1e-4, atol=1e-5, msg=name)

@@ -83,6 +83,9 @@ class TorchTrainBackend(WeightsMixin):
         self.model.config.use_cache = False
         if cfg.gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if cfg.compile_layers:
+            for layer in self.model.model.layers:
+                layer.compile()
         self.ref_model = None
         if cfg.use_ref_model:
             # Inference only: keep it in the compute dtype, no fp32 master copy needed.

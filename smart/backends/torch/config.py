@@ -89,6 +89,9 @@ class TrainConfig:
     """keep a frozen copy of the initial model for KL and reference logprobs"""
     gradient_checkpointing: bool = False
     attn_implementation: str = "sdpa"
+    compile_layers: bool = False
+    """torch.compile each decoder layer (regional compilation: one graph reused by every layer, fused norms,
+    activations and rotary); the first steps of each new sequence shape pay the compile"""
     fused_optimizer: bool = True
     """on one CUDA GPU, AdamW's fused kernel (a few launches for all parameters) instead of its foreach path;
     the same update. CPU and FSDP runs keep foreach (fused over FSDP2's sharded tensors is unverified here)"""
