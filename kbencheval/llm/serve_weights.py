@@ -137,7 +137,8 @@ def group_lock(server, name: str):
 def get_weights_by_name(server, body: dict) -> list:
     """SGLang's read-back route: what a sync wrote, checked against the trainer's copy."""
     name, size = str(body.get("name", "")), int(body.get("truncate_size", 100))
-    params = dict(server.engine.model.named_parameters())
+    # tied weights (Qwen3's lm_head and embed_tokens) are one parameter under two names: both answer
+    params = dict(server.engine.model.named_parameters(remove_duplicate=False))
     if name not in params:
         raise WeightRouteError(f"no parameter {name!r}; names are the Hugging Face state-dict names")
     return params[name].detach().flatten()[:size].float().cpu().tolist()

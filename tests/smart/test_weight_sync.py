@@ -106,6 +106,20 @@ def test_tensor_route_loads_buckets_and_refuses_bad_requests(transport, server, 
     assert_serves(server, expected)
 
 
+def test_read_back_answers_both_names_of_a_tied_weight(server, reference):
+    """Qwen3 ties lm_head to embed_tokens: one parameter, and the trainer's state dict names it twice."""
+    state = perturbed(reference, seed=5)
+    assert "lm_head.weight" in state  # the tiny model is tied, as Qwen3's small sizes are
+    state["lm_head.weight"] = state["model.embed_tokens.weight"]  # as a trainer's state dict holds it
+    push_tensors(server, state, 5, bucket_bytes=64 << 10, timeout_s=60, transport="bytes")
+    pushed = state["model.embed_tokens.weight"].flatten()[:16].float().tolist()
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        got = requests.post(f"{server}/get_weights_by_name", json={"name": name, "truncate_size": 16}, timeout=30)
+        assert got.status_code == 200 and got.json() == pushed, name
+    got = requests.post(f"{server}/get_weights_by_name", json={"name": "lm_head.bias"}, timeout=30)
+    assert got.status_code == 400 and "no parameter 'lm_head.bias'" in got.json()["error"]["message"]
+
+
 def _broadcaster(store, name: str, tensors: list, errors: list) -> threading.Thread:
     def run():
         try:
