@@ -82,8 +82,17 @@ def param_count(folder: Path) -> int:
     return n
 
 
+def visible_gpus() -> list[int] | None:
+    """The physical indices in CUDA_VISIBLE_DEVICES, in the run's order; None when unset or not plain indices."""
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    return [int(p) for p in parts] if parts and all(p.isdigit() for p in parts) else None
+
+
 class GpuMemory:
-    """Peak memory.used per GPU over the run, all processes together (nvidia-smi, every 0.5 s)."""
+    """Peak memory.used per GPU of this run, all processes on it together (nvidia-smi, every 0.5 s). nvidia-smi
+    ignores CUDA_VISIBLE_DEVICES, so the run's GPUs are asked for by physical index and reported by the run's own
+    index (the numbering the config's placement uses), with the physical one beside it."""
 
     def __init__(self):
         self.peak_mib: dict[int, int] = {}
@@ -91,7 +100,9 @@ class GpuMemory:
         if not shutil.which("nvidia-smi"):  # the CPU smoke run: no GPUs to watch
             self.proc = None
             return
-        self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=index,memory.used,memory.total",
+        self.physical = visible_gpus()
+        only = ["--id=" + ",".join(map(str, self.physical))] if self.physical else []
+        self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=index,memory.used,memory.total", *only,
                                       "--format=csv,noheader,nounits", "-lms", "500"],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.thread = threading.Thread(target=self._read, daemon=True)
@@ -112,7 +123,12 @@ class GpuMemory:
         self.proc.terminate()
         self.proc.wait(timeout=10)
         self.thread.join(timeout=5)
-        return {str(i): {"peak_gib": self.peak_mib[i] / 1024, "total_gib": self.total_mib[i] / 1024}
+        return self.report()
+
+    def report(self) -> dict:
+        run_index = {p: i for i, p in enumerate(self.physical)} if self.physical else {}
+        return {str(run_index.get(i, i)): {"peak_gib": self.peak_mib[i] / 1024, "total_gib": self.total_mib[i] / 1024,
+                                           "physical_gpu": i}
                 for i in sorted(self.peak_mib)}
 
 
