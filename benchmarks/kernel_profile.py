@@ -72,6 +72,8 @@ def profile_call(fn: Callable[[], object]) -> dict:
         fn()
         torch.cuda.synchronize()
         wall_ms = (time.perf_counter() - t0) * 1e3
+    # user annotations (torch.optim's "Optimizer.step#AdamW.step") are ranges on the GPU timeline, not kernels:
+    # counted, they would add their span to a category and the gaps inside it to busy time
     kernels = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
-               if e.device_type == torch.autograd.DeviceType.CUDA]
+               if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
     return summarize(kernels, wall_ms)
