@@ -158,6 +158,7 @@ for step in "$@"; do
           cp -r $runs/ref $runs/ref_$n; s=$SECONDS
           TRITON_CACHE_DIR=$(mktemp -d) "$PY" -m kbencheval.cli eval run_name=ref_$n runs_dir=$runs device=cuda num_gpus=$n
           echo "$n $(wc -l < $runs/ref_$n/results.jsonl) $((SECONDS - s))" >> $runs/times
+          cp $runs/ref_$n/results.jsonl '"$work"'/eval_2gpu_results_$n.jsonl  # eval_seconds per candidate: start-up vs straggler
         done
         "$PY" -c "import json,sys; r={int(n): {\"candidates\": int(c), \"seconds\": float(s), \"per_min\": 60*int(c)/float(s)}
 for n, c, s in (l.split() for l in open(sys.argv[1]))}; r[\"ratio_2_over_1\"]=r[2][\"per_min\"]/r[1][\"per_min\"]
