@@ -127,3 +127,13 @@ def test_the_folder_only_for_candidates_that_cannot_write_it(kind, layers, offer
     plan = {"shared_cache": str(tmp_path / "judge"), "kernel_cache": str(tmp_path / "kernels")}
     forkserver.job_env({"job_dir": str(tmp_path / "job"), "kind": kind}, plan, layers)
     assert os.environ.get(FOLDER_ENV) == (plan["kernel_cache"] if offered else None)
+
+
+def test_a_compile_cut_short_by_exit_prints_nothing(tmp_path, capsys):
+    compiler = KernelCompiler(str(tmp_path), lambda: CompileServer(EvalConfig(device="cpu"), []), 90)
+    compiler._failed(RuntimeError("fork server stopped answering"))
+    assert "was not compiled for the workers" in capsys.readouterr().err
+    compiler.failures = 0
+    compiler.close()  # at exit: the server goes, and with it any compile in flight
+    compiler._failed(RuntimeError("fork server exited"))
+    assert capsys.readouterr().err == "" and compiler.failures == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sysconfig
+import threading
 
 import pytest
 
@@ -145,3 +146,21 @@ def test_the_launcher_layer_only_for_workers_that_cannot_write_it(layers, offere
     forkserver.job_env({"job_dir": str(tmp_path / "job"), "kind": "worker"}, plan, layers)
     expected = [plan["shared_cache"]] + ([plan["launcher_cache"]] if offered else [])
     assert os.environ[SHARED_ENV].split(os.pathsep) == expected
+
+
+def test_builds_at_exit_are_dropped_without_a_message(tmp_path, capsys, monkeypatch):
+    """An eval's process exits with builds still queued: they are dropped, and a failure then prints nothing
+    (on the H200 the linker's 'cannot open output file' followed every `kbench eval`)."""
+    from kbencheval.eval.sharing import background, launchers
+
+    monkeypatch.setattr(background, "EXITING", threading.Event())
+    monkeypatch.setattr(launchers, "EXITING", background.EXITING)
+    builder = launchers.LauncherBuilder(str(tmp_path))
+    builder._failed(RuntimeError("before exit"))
+    assert "could not be built" in capsys.readouterr().err  # while running, a failure is news
+    builder.failures = 0
+    builder.finish(timeout_s=5)
+    assert background.EXITING.is_set()
+    assert builder._build(("*fp32", "i32")) is None and not any(tmp_path.iterdir())  # nothing built, no error
+    builder._failed(RuntimeError("folder gone"))
+    assert capsys.readouterr().err == ""

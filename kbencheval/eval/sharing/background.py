@@ -13,6 +13,16 @@ import tempfile
 import threading
 
 
+# Set when the process starts to exit: a build still running then fails because its folder or server is going
+# away, which is no news (the evaluation is over), so the builders drop it silently instead of printing an error.
+EXITING = threading.Event()
+
+
+def _remove(folder: str) -> None:
+    EXITING.set()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def process_folder(prefix: str) -> str | None:
     """A fresh folder under /var/tmp (a worker's private /tmp would hide /tmp), removed when this process
     exits; None where there is none to write."""
@@ -20,7 +30,7 @@ def process_folder(prefix: str) -> str | None:
         folder = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
     except OSError:
         return None
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    atexit.register(_remove, folder)
     return folder
 
 

@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 
-from kbencheval.eval.sharing.background import SerialBackground, process_folder
+from kbencheval.eval.sharing.background import EXITING, SerialBackground, process_folder
 
 FILES = ("ttgir", "llir", "ptx", "cubin")
 MAX_TTIR_CHARS = 1 << 20
@@ -215,6 +215,7 @@ class KernelCompiler:
         self._start_server, self._server = start_server, None  # started by the first compile, off every path
         self.asked: set[str] = set()
         self.compiled = self.failures = 0
+        self.closed = False
         self.seconds = 0.0
         self._lock = threading.Lock()
         self._background = SerialBackground("kernel-compile")
@@ -229,6 +230,7 @@ class KernelCompiler:
         self._background.drain(timeout_s)
 
     def close(self) -> None:
+        self.closed = True  # a compile in flight now fails with the server: not worth a message
         if self._server is not None:
             self._server.close()
 
@@ -295,7 +297,7 @@ class KernelCompiler:
 
     def _failed(self, e: Exception) -> None:
         self.failures += 1
-        if self.failures == 1:
+        if self.failures == 1 and not (self.closed or EXITING.is_set()):
             print(f"kbench: a reported Triton kernel was not compiled for the workers ({type(e).__name__}: "
                   f"{str(e)[:200]}); they compile their own", file=sys.stderr)
 

@@ -19,6 +19,7 @@ which the workers' private /tmp would hide; it is offered only to workers that c
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures as cf
 import hashlib
 import os
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import threading
 
-from kbencheval.eval.sharing.background import SerialBackground, process_folder
+from kbencheval.eval.sharing.background import EXITING, SerialBackground, process_folder
 
 # Scalars as Triton names them for the NVIDIA launcher (driver.ty_to_cpp); a pointer's pointee never
 # reaches the C, but is still held to a short name.
@@ -85,9 +86,20 @@ class LauncherBuilder:
         """Returns once every build asked for so far is done (one thread: they run in order)."""
         self._background.drain(timeout_s)
 
+    def finish(self, timeout_s: float = 30) -> None:
+        """At exit, before the folder goes: queued builds are dropped, one in flight may end (its compiler
+        would otherwise find its output folder gone and print the linker's error)."""
+        EXITING.set()
+        try:
+            self.drain(timeout_s)
+        except cf.TimeoutError:
+            pass
+
     def _build(self, types: tuple[str, ...]) -> str | None:
         import sysconfig
 
+        if EXITING.is_set():  # the folder is being removed: a build now would only print the linker's complaint
+            return None
         try:
             from triton.backends.nvidia.driver import include_dirs, libraries, library_dirs
             from triton.runtime.build import _build
@@ -111,7 +123,7 @@ class LauncherBuilder:
 
     def _failed(self, e: Exception) -> None:
         self.failures += 1
-        if self.failures == 1:
+        if self.failures == 1 and not EXITING.is_set():
             print(f"kbench: a Triton launcher could not be built for the workers ({type(e).__name__}: "
                   f"{str(e)[:200]}); they build their own", file=sys.stderr)
 
@@ -132,6 +144,7 @@ def shared_builder() -> LauncherBuilder | None:
                 return None
             if (folder := process_folder("kbench-launchers-")) is not None:
                 _shared = LauncherBuilder(folder)
+                atexit.register(_shared.finish)  # runs before the folder's removal (atexit: last in, first out)
         return _shared
 
 
