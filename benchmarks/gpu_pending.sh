@@ -33,6 +33,8 @@
 #   eval_2gpu       kbench eval of the 40 bundled solutions on 2 GPUs, then on 1: candidates/min and ratio       (560)
 #   recipe_2gpu     configs/rl_qwen3_8b_layout_2gpu.yaml, one multi-turn GRPO step (benchmarks/recipe_step.py):
 #                   peak memory per GPU, seconds per phase, weight-sync GB/s                                 (400)
+# Four GPUs (issue 47 while no 8-GPU kind is lent): recipe_8gpu_model, then recipe_4gpu: configs/rl_qwen3_8b_layout_4gpu.yaml
+#   (the recipe's TP2 x CP2 actor on all four, its two engines on the actor's first two GPUs), same printout      (590)
 # Eight GPUs (issue 47): recipe_8gpu_model (random Qwen3-8B, bf16, kept in /tmp; ~2 min, 300) in one call,
 #   then recipe_8gpu: configs/rl_qwen3_8b_megatron.yaml as committed but max_new_tokens 1024, same printout (590)
 #   learning_start  the learning run, detached with setsid: it outlives this call, but only
@@ -169,6 +171,9 @@ print(json.dumps(r)); json.dump(r, open(sys.argv[2], \"w\"), indent=2)" $runs/ti
       tail -n 6 "$work/recipe_2gpu.log" ;;
     recipe_8gpu_model) run recipe_8gpu_model 300 "$py" benchmarks/recipe_step.py configs/rl_qwen3_8b_megatron.yaml \
         --shape qwen3-8b --model /tmp/tritonforge_qwen3_8b --build-only ;;
+    recipe_4gpu) run recipe_4gpu 590 "$py" benchmarks/recipe_step.py configs/rl_qwen3_8b_layout_4gpu.yaml --shape qwen3-8b \
+        --model /tmp/tritonforge_qwen3_8b --timeout 540 --out "$work/recipe_4gpu.json"
+      tail -n 12 "$work/recipe_4gpu.log" ;;
     recipe_8gpu) run recipe_8gpu 590 "$py" benchmarks/recipe_step.py configs/rl_qwen3_8b_megatron.yaml --shape qwen3-8b \
         --model /tmp/tritonforge_qwen3_8b --timeout 540 --out "$work/recipe_8gpu.json" rollout.max_new_tokens=1024
       tail -n 12 "$work/recipe_8gpu.log" ;;
