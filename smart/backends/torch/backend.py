@@ -83,8 +83,13 @@ class TorchTrainBackend(WeightsMixin):
         self.model.config.use_cache = False
         if cfg.gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if cfg.compile_layers:
-            for layer in self.model.model.layers:
+        if cfg.compile_layers:  # the decoder layers: the classes HF lists in _no_split_modules, as _shard uses
+            layer_names = set(getattr(self.model, "_no_split_modules", None) or [])
+            layers = [m for m in self.model.modules() if type(m).__name__ in layer_names]
+            if not layers:
+                raise ValueError(f"train.compile_layers: {type(self.model).__name__} names no decoder layer class "
+                                 "(_no_split_modules); set train.compile_layers=false")
+            for layer in layers:
                 layer.compile()
         self.ref_model = None
         if cfg.use_ref_model:
