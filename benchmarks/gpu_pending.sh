@@ -60,7 +60,10 @@
 #   chain_start     the steps in CHAIN_STEPS one after another, detached like learning_start (so a second GPU pair
 #                   works beside a learning run): CHAIN_STEPS="mg_parity fsdp2" CUDA_VISIBLE_DEVICES=2,3 ...
 #   chain_status    how far the chain is; copies its step logs and JSONs into work/chain/
-# A machine is held at most 30 minutes and goes back after 30 s idle: chain the calls. Step times on one
+# A machine is held at most 30 minutes and goes back after 30 s idle: chain the calls (read results after the
+# hold; a session lost a whole x4 hold, its learning run included, to one pause between calls). On an x4 machine
+# one hold fits the learning run on GPUs 0-1 (cores 0-27) and a chain of two-GPU steps on GPUs 2-3 (cores 28-63),
+# each call ending with learning_status chain_status. Step times on one
 # H100, for planning: gpu_tests ~500 s, check_latency ~100 s, corpus ~220 s, megatron ~350 s, suite_trusted
 # ~450 s, suite_events ~200 s, suite_4w ~200-250 s, async ~220 s, the learning run ~25 minutes of stages.
 # One machine fits gpu_tests + suite_trusted + suite_events + suite_4w; another the learning run
