@@ -51,8 +51,8 @@ def summarize(kernels: Iterable[tuple[str, float, float]], wall_ms: float) -> di
     per_category: dict[str, float] = {}
     top: dict[str, float] = {}
     for name, start, end in kernels:
-        ms = (end - start) / 1e3
-        per_category[category(name)] = per_category.get(category(name), 0.0) + ms
+        ms, kind = (end - start) / 1e3, category(name)
+        per_category[kind] = per_category.get(kind, 0.0) + ms
         top[name] = top.get(name, 0.0) + ms
     busy = union_ms((start, end) for _, start, end in kernels)
     heaviest = sorted(top.items(), key=lambda kv: -kv[1])[:8]

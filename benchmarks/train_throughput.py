@@ -24,6 +24,7 @@ GPU time by kernel category and the host gap (benchmarks/kernel_profile.py).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import random
@@ -86,7 +87,8 @@ def timed(fn, steps: int) -> list[float]:
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
-    """'torch:fused_optimizer=false,micro_batch_tokens=16384' -> ('torch', {...}), values parsed as YAML scalars."""
+    """'torch:fused_optimizer=false,micro_batch_tokens=16384' -> ('torch', {...}), values parsed as YAML scalars;
+    a knob the backend's train config lacks is refused here, before any model is built."""
     import yaml
 
     kind, _, knobs = text.partition(":")
@@ -98,6 +100,10 @@ def parse_variant(text: str) -> tuple[str, dict]:
         if not eq:
             raise SystemExit(f"--variants {text!r}: write knobs as key=value, separated by commas")
         parsed[key] = yaml.safe_load(value)
+    known = {f.name for f in dataclasses.fields(backend_config_class(kind))}
+    if unknown := sorted(set(parsed) - known):
+        raise SystemExit(f"--variants {text!r}: no train key {', '.join(unknown)} in backend {kind}; "
+                         f"knobs are its train: keys, e.g. micro_batch_tokens")
     return kind, parsed
 
 
@@ -155,6 +161,8 @@ def main() -> None:
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="dense bf16 peak; 0 = look up the GPU name")
     ap.add_argument("--out", default="benchmarks/results/train_throughput.json")
     args = ap.parse_args()
+    for variant in args.variants:
+        parse_variant(variant)  # bad knobs fail now, not after the first model is built
     if not torch.cuda.is_available():
         sys.exit("benchmarks/train_throughput.py needs a CUDA GPU (the Megatron backend's forward is CUDA-only)")
     if args.quick:

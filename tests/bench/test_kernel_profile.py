@@ -50,3 +50,6 @@ def test_throughput_variants_parse_backend_and_knobs():
         parse_variant("jax:lr=1")
     with pytest.raises(SystemExit, match="key=value"):
         parse_variant("torch:fused_optimizer")
+    with pytest.raises(SystemExit, match="no train key fused_optimiser in backend torch"):
+        parse_variant("torch:fused_optimiser=false")
+    assert parse_variant("megatron:tp=1") == ("megatron", {"tp": 1})

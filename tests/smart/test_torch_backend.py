@@ -6,6 +6,7 @@ import random
 import pytest
 import torch
 
+from smart.backends.torch.backend import decoder_layers
 from smart.backends.torch import (
     ModelPathError,
     TorchTrainBackend,
@@ -281,6 +282,8 @@ def test_compiled_layers_score_and_train_like_eager_ones(model_dir):
     results = {}
     for compiled in (False, True):
         b = TorchTrainBackend(TrainConfig(model_path=model_dir, lr=1e-3, compile_layers=compiled))
+        layers = decoder_layers(b.model)
+        assert len(layers) == 2 and all((layer._compiled_call_impl is not None) == compiled for layer in layers)
         samples = _samples(4)
         logprobs = b.compute_logprobs(samples)
         b.train_sft(samples)

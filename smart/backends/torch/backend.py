@@ -62,6 +62,13 @@ def load_causal_lm(path: str, dtype: torch.dtype, attn_implementation: str = "sd
         ) from None
 
 
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's decoder layers: the modules of the classes HF lists in _no_split_modules (FSDP's units, and
+    what compile_layers compiles)."""
+    layer_names = set(getattr(model, "_no_split_modules", None) or [])
+    return [m for m in model.modules() if type(m).__name__ in layer_names]
+
+
 def _dist_info() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
@@ -83,9 +90,8 @@ class TorchTrainBackend(WeightsMixin):
         self.model.config.use_cache = False
         if cfg.gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if cfg.compile_layers:  # the decoder layers: the classes HF lists in _no_split_modules, as _shard uses
-            layer_names = set(getattr(self.model, "_no_split_modules", None) or [])
-            layers = [m for m in self.model.modules() if type(m).__name__ in layer_names]
+        if cfg.compile_layers:
+            layers = decoder_layers(self.model)
             if not layers:
                 raise ValueError(f"train.compile_layers: {type(self.model).__name__} names no decoder layer class "
                                  "(_no_split_modules); set train.compile_layers=false")
@@ -135,11 +141,8 @@ class TorchTrainBackend(WeightsMixin):
         # even for a gloo/CPU run.
         mesh = init_device_mesh(self.device.type, (self.world_size,))
         mp = MixedPrecisionPolicy(param_dtype=self.compute_dtype, reduce_dtype=torch.float32)
-        # One FSDP unit per decoder layer (HF lists that class in _no_split_modules), then the root.
-        layer_names = set(getattr(model, "_no_split_modules", None) or [])
-        for module in list(model.modules()):
-            if type(module).__name__ in layer_names:
-                fully_shard(module, mesh=mesh, mp_policy=mp)
+        for layer in decoder_layers(model):  # one FSDP unit per decoder layer, then the root
+            fully_shard(layer, mesh=mesh, mp_policy=mp)
         fully_shard(model, mesh=mesh, mp_policy=mp)
 
     @property
