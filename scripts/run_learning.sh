@@ -72,8 +72,8 @@ evaluate() {  # evaluate NAME MODEL SPLIT OFFSET COUNT SAMPLES TEMPERATURE [kben
   [[ "${LEARN_EVAL_TIMING:-true}" == false ]] && extra+=(eval.timing=false)
   # dedupe: a model this small writes the same kernel in many of its samples; each distinct one is judged once
   timed "eval_$name" "$PY" -m kbencheval.cli eval run_name="$name" runs_dir="$RUN/evals" device="$LEARN_EVAL_DEVICE" dedupe=true \
-    num_gpus="${LEARN_EVAL_NUM_GPUS:-0}" cpu_evaluators="${LEARN_EVAL_CPU_WORKERS:-1}" \
-    evaluators_per_gpu="${LEARN_EVAL_WORKERS_PER_GPU:-1}" "${extra[@]}" "$@"
+    num_gpus="${LEARN_EVAL_NUM_GPUS:-0}" cpu_evaluators="${LEARN_EVAL_CPU_EVALUATORS:-1}" \
+    evaluators_per_gpu="${LEARN_EVAL_EVALUATORS_PER_GPU:-1}" "${extra[@]}" "$@"
   # written whole or not at all: a finished report is what a rerun and the status poll look for
   "$PY" -m kbencheval.cli report "$name" runs_dir="$RUN/evals" --json > "$RUN/evals/$name.json.part"
   mv "$RUN/evals/$name.json.part" "$RUN/evals/$name.json"

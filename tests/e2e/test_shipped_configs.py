@@ -4,6 +4,7 @@ seconds, not in the slow tier or on a GPU (a moved `reward.timeout_s` once faile
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,25 @@ def test_learning_config_deals_the_ablations_out_to_the_side_lanes(tmp_path):
     assert rc == 0 and "LEARN_LANE_ARMS_1='rl_a rl_b rl_c'" in out and "LEARN_LANE_ARMS_2" not in out
     rc, out = settings("lanes=0")
     assert rc == 2 and "lanes must be a whole number from 1" in out and "Traceback" not in out
+
+
+def test_every_setting_run_learning_reads_is_one_learning_config_writes(tmp_path):
+    # a key renamed in the config but not in the launcher is read as unset and silently takes its default (the
+    # evaluations ran with one CPU evaluator, not eval.cpu_evaluators, after cpu_workers was renamed)
+    sys.path.insert(0, str(REPO / "scripts"))
+    import learning_config
+
+    script = (REPO / "scripts" / "run_learning.sh").read_text()
+    read = set(re.findall(r"LEARN_([A-Z0-9_]+[A-Z0-9])\b", script)) - {"LANE_ARMS"}
+    written = {"SEED", "LANES", "RL_POOL", "SYNTH_ARGS", "ABLATIONS", "PROMPT_STYLE", "SFT_NUM_STEPS",
+               "RL_OPTIMIZER_FROM_SFT", "RL_STEPS_PER_ROLLOUT"}
+    for prefix, keys in (("EVAL", learning_config.EVAL_KEYS), ("MODEL", learning_config.MODEL_KEYS),
+                         ("SFT_STOP", learning_config.SFT_STOP_KEYS), ("CONTROLS", learning_config.CONTROL_KEYS)):
+        written |= {f"{prefix}_{key.upper()}" for key in keys}
+    printed = subprocess.run([sys.executable, str(REPO / "scripts" / "learning_config.py"),
+                              str(REPO / "configs" / "learn_synth_gpu.yaml"), str(tmp_path)],
+                             capture_output=True, text=True, timeout=120).stdout
+    fixed = {line.split("=")[0].removeprefix("LEARN_") for line in printed.splitlines()
+             if not line.startswith(("LEARN_EVAL_", "LEARN_MODEL_", "LEARN_SFT_STOP_", "LEARN_CONTROLS_", "LEARN_LANE_ARMS_"))}
+    assert fixed <= written, f"learning_config.py prints {sorted(fixed - written)}: add them to this test's list"
+    assert read <= written, f"run_learning.sh reads {sorted(read - written)}, which learning_config.py never writes"
