@@ -27,7 +27,7 @@ from kbencheval.config import ConfigError
 from kbencheval.dataset import parse_problem
 from kbencheval.extract import static_check
 from kbencheval.synth.grammar import TAILS, all_pairs, operator_pairs, sample_tree
-from kbencheval.synth.render import STYLES, Spec, problem_source, solution_variants
+from kbencheval.synth.render import DEFAULT_VARIANTS, STYLES, VARIANTS, Spec, problem_source, solution_variants
 
 SPLITS = ("train", "test", "heldout")
 
@@ -57,6 +57,10 @@ class SynthConfig:
     sft_variants: str = "mix"
     """canonical: one conversation per train problem with the canonical solution; all: one per variant;
     mix: one per problem, the canonical solution half the time and another variant otherwise."""
+    variants: list[str] = dataclasses.field(default_factory=list)
+    """Keep only these solution variants (render.VARIANTS names; in mixed style each in both styles), in the
+    renderer's order, the first kept canonical; [] keeps all but per_op (render.DEFAULT_VARIANTS). The speed stage's
+    set keeps a fused one and per_op, so SFT teaches a fast and a slow way to write each kernel."""
     max_variants: int = 0
     """Keep the first K solution variants per problem (canonical first), 0 for all: verification costs one
     evaluation per variant, so a large corpus for SFT verifies only the ones it keeps."""
@@ -86,6 +90,9 @@ class SynthConfig:
             raise ConfigError(f"sft_variants must be canonical, all or mix, got {self.sft_variants!r}")
         if self.solution_style not in STYLES:
             raise ConfigError(f"solution_style must be one of {', '.join(STYLES)}, got '{self.solution_style}'")
+        unknown = sorted(set(self.variants) - set(VARIANTS))
+        if unknown:
+            raise ConfigError(f"unknown solution variant(s) {', '.join(unknown)}: choose from {', '.join(VARIANTS)}")
         if self.max_variants < 0:
             raise ConfigError(f"max_variants must be >= 0 (0 keeps all), got {self.max_variants}")
         if not 0 < self.heldout_pairs < len(all_pairs()) // 2:
@@ -175,6 +182,11 @@ def generate(cfg: SynthConfig) -> list[SynthProblem]:
             continue
         seen.add(key)
         variants = solution_variants(spec, cfg.solution_style)
+        kept = cfg.variants or DEFAULT_VARIANTS  # mixed style names them inline_V and ssa_V
+        variants = {name: code for name, code in variants.items()
+                    if name.removeprefix("inline_").removeprefix("ssa_") in kept}
+        if not variants:
+            continue
         if cfg.max_variants:
             variants = dict(list(variants.items())[:cfg.max_variants])
         got[split].append(SynthProblem(next_id[split], _name(spec), split, spec, problem_source(spec),

@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="comma list drawn uniformly per problem (repeat one to weight it)")
     ap.add_argument("--prompt-style", default="zero_shot", help="prompt style of the SFT conversations")
     ap.add_argument("--sft-variants", default="mix", choices=("canonical", "all", "mix"))
+    ap.add_argument("--variants", default="", help="solution variants to keep, comma-separated (e.g. "
+                    "fused_b1024,fused_w4,per_op: a fast and a slow one for the speed stage); default all")
     ap.add_argument("--max-variants", type=int, default=0,
                     help="keep the first K solution variants per problem, canonical first (0: all)")
     ap.add_argument("--solution-style", default="ssa", choices=STYLES,
@@ -61,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                           heldout_pairs=args.heldout_pairs, max_inputs=args.max_inputs, max_depth=args.max_depth,
                           dtypes=[d.strip() for d in args.dtypes.split(",") if d.strip()],
                           prompt_style=args.prompt_style, sft_variants=args.sft_variants,
+                          variants=[v.strip() for v in args.variants.split(",") if v.strip()],
                           max_variants=args.max_variants, solution_style=args.solution_style)
         if args.timing and not (args.verify and args.device.startswith("cuda")):
             raise ConfigError("--timing needs --verify --device cuda (the interpreter's timings mean nothing)")

@@ -5,6 +5,9 @@ Solution variants (the speed reward has something to prefer):
                kernels, the root's largest subtree stored to an fp32 temp and read back)
   with a tail: fused_w4, fused_w8 (one program per row, expression and tail fused; num_warps 4/8) and
                unfused (an elementwise kernel writes the expression, a row kernel applies the tail)
+  both:        per_op (one kernel per operator, each result an fp32 temp: a line-by-line translation that
+               launches as many kernels as eager PyTorch and moves more bytes, so it is no faster than the
+               reference; the speed stage's slow variant), listed last
 The kernels compute in fp32 and cast once on store. Two styles of writing the expression:
   ssa:    one statement per operator in post-order (t1 = ...; t2 = ...), the first GPU learning runs' data
   inline: one nested expression shaped like the PyTorch one, with @triton.jit helpers (_silu, _clamp, ...)
@@ -17,7 +20,11 @@ import dataclasses
 
 from kbencheval.synth.grammar import Node, inline_helpers, split_subtree, to_torch, to_triton, to_triton_inline
 
-STYLES = ("ssa", "inline", "mixed")  # mixed: each variant in both styles, inline first
+STYLES = ("ssa", "inline", "mixed")
+VARIANTS = ("fused_b1024", "fused_b256", "fused_b4096", "fused_w4", "fused_w8", "unfused", "per_op")
+# a set keeps per_op only when it names it: it is 2-4 times longer than the others, and sets made before it existed
+# stay the same
+DEFAULT_VARIANTS = tuple(v for v in VARIANTS if v != "per_op")  # mixed: each variant in both styles, inline first
 
 _TORCH_DTYPE = {"float32": "torch.float32", "float16": "torch.float16", "bfloat16": "torch.bfloat16"}
 # Half-precision references round after every op while the kernels round once; deep trees need room.
@@ -199,7 +206,35 @@ def _elementwise_variants(spec: Spec, style: str) -> dict[str, str]:
                 "out = torch.empty_like(x0)",
                 f"second_kernel[grid]({_args(rest_in)}, out, n, BLOCK=1024)", "return out"]
         out["unfused"] = _source(kernels, _model_new(spec.num_inputs, body), helpers)
+    kernels, temps, root = _per_op(spec.tree, style)
+    body = ["n = x0.numel()", "grid = (triton.cdiv(n, 1024),)", *temps, "out = torch.empty_like(x0)",
+            root.replace("OUT", "out"), "return out"]
+    out["per_op"] = _source(kernels, _model_new(spec.num_inputs, body), helpers)
     return out
+
+
+def _per_op(tree: Node, style: str) -> tuple[str, list[str], str]:
+    """One elementwise kernel per operator, in post-order, each writing an fp32 temp (t1, t2, ...); operators
+    with the same kernel share its definition. Returns (kernel sources, the forward's launch lines before the
+    root's, the root's launch line with OUT for its output)."""
+    kernels: dict[str, str] = {}  # kernel source with NAME for its name -> its name
+    launches: list[str] = []
+
+    def visit(node: Node) -> str:
+        if node.op == "input":
+            return f"x{node.index}"
+        args = [visit(child) for child in node.children]
+        one_op = dataclasses.replace(node, children=tuple(Node("input", index=i) for i in range(len(args))))
+        source = _elementwise_kernel("NAME", one_op, list(range(len(args))), style)
+        name = kernels.setdefault(source, f"op{len(kernels) + 1}_kernel")
+        launches.append(f"{name}[grid]({', '.join(args)}, OUT, n, BLOCK=1024)")
+        return f"t{len(launches)}"
+
+    visit(tree)
+    temps = [f"t{i} = torch.empty_like(x0, dtype=torch.float32)\n" + line.replace("OUT", f"t{i}")
+             for i, line in enumerate(launches[:-1], start=1)]
+    sources = "\n\n".join(source.replace("def NAME(", f"def {name}(") for source, name in kernels.items())
+    return sources, [line for pair in temps for line in pair.split("\n")], launches[-1]
 
 
 def _row_variants(spec: Spec, style: str) -> dict[str, str]:
@@ -220,6 +255,12 @@ def _row_variants(spec: Spec, style: str) -> dict[str, str]:
                    f"expr_kernel[(triton.cdiv(n, 1024),)]({_args(inputs)}, x3, n, BLOCK=1024)",
                    "tail_kernel[(n_rows,)](x3, out, n_cols, BLOCK=block, num_warps=4)", "return out"]
     out["unfused"] = _source(kernels, _model_new(spec.num_inputs, body), helpers)
+    kernels, temps, root = _per_op(spec.tree, style)
+    kernels += "\n\n" + _row_kernel("tail_kernel", Node("input", index=3), [3], spec.tail, "ssa")
+    body = head + ["n = x0.numel()", "grid = (triton.cdiv(n, 1024),)", *temps,
+                   "x3 = torch.empty_like(x0, dtype=torch.float32)", root.replace("OUT", "x3"),
+                   "tail_kernel[(n_rows,)](x3, out, n_cols, BLOCK=block, num_warps=4)", "return out"]
+    out["per_op"] = _source(kernels, _model_new(spec.num_inputs, body), helpers)
     return out
 
 

@@ -187,6 +187,25 @@ def test_mixed_style_writes_each_variant_both_ways_and_sft_sees_both(tmp_path):
     assert not dropped and all(len(p.variants) == 2 for p in kept)
 
 
+def test_per_op_launches_one_kernel_per_operator_and_is_kept_only_when_named():
+    """per_op, the speed stage's slow variant: a line-by-line translation, one launch per operator (kernels of
+    the same operator shared), each through an fp32 temp; it passes the evaluator like the fused canonical one,
+    and a set holds it only when synth.variants names it."""
+    assert not any("per_op" in p.variants for p in generate(SynthConfig(n=12, seed=5)))
+    cfg = SynthConfig(n=12, seed=5, min_ops=3, max_ops=5, solution_style="inline",
+                      variants=["fused_b1024", "fused_w4", "per_op"])
+    problems = generate(cfg)
+    assert {p.spec.tail != "none" for p in problems} == {True, False}
+    for p in problems:
+        assert list(p.variants) == ["fused_b1024" if p.spec.tail == "none" else "fused_w4", "per_op"]
+        code = p.variants["per_op"]
+        assert code.count("[grid](") == p.spec.tree.num_ops
+        assert code.count("@triton.jit\ndef op") <= p.spec.tree.num_ops
+        assert code.count("dtype=torch.float32") == p.spec.tree.num_ops - (p.spec.tail == "none")
+    kept, dropped = verify(problems[:6], device="cpu", evaluators=2, trials=1)
+    assert not dropped and all(len(p.variants) == 2 for p in kept)
+
+
 def test_bad_config_is_one_clear_error():
     with pytest.raises(ConfigError, match="dtypes"):
         SynthConfig(dtypes=["float64"])
@@ -194,6 +213,8 @@ def test_bad_config_is_one_clear_error():
         SynthConfig(heldout_fraction=0.0)
     with pytest.raises(ConfigError, match="max_variants"):
         SynthConfig(max_variants=-1)
+    with pytest.raises(ConfigError, match="unknown solution variant.s. fast: choose from fused_b1024"):
+        SynthConfig(variants=["fast"])
     with pytest.raises(ConfigError, match="solution_style must be one of ssa, inline, mixed"):
         SynthConfig(solution_style="nested")
 
@@ -217,3 +238,15 @@ def test_verify_on_the_gpu_keeps_every_variant_and_times_them():
     assert not dropped, dropped
     assert sum(len(p.variants) for p in kept) == n_variants
     assert all(set(p.speedups) == set(p.variants) for p in kept)
+
+
+@pytest.mark.gpu
+def test_per_op_is_slower_than_the_fused_kernel_on_the_gpu():
+    """The speed stage's premise: the per-operator translation is slower than the fused kernel, and no faster
+    than 1.5x the eager reference (so fast_1.5 tells them apart)."""
+    problems = generate(SynthConfig(n=10, seed=11, min_ops=2, max_ops=4, variants=["fused_b1024", "fused_w4", "per_op"]))
+    kept, dropped = verify(problems, device="cuda", evaluators=1, trials=2, timing=True)
+    assert not dropped, dropped
+    for p in kept:
+        fused = p.speedups["fused_b1024" if "fused_b1024" in p.speedups else "fused_w4"]
+        assert p.speedups["per_op"] < fused and p.speedups["per_op"] < 1.5, (p.key, p.speedups)
