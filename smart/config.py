@@ -209,14 +209,14 @@ class RolloutConfig:
 
 @dataclasses.dataclass(kw_only=True)
 class RewardConfig:
-    preset: Literal["tritonforge", "kevin", "staged", "correct"] = "tritonforge"
+    preset: Literal["tritonforge", "kevin", "staged", "correct", "speed"] = "tritonforge"
     reward_fn: str = ""
     """Dotted path overriding the preset: reward_fn(cfg: RewardConfig, samples: list[Sample]) -> list[float].
     Each sample carries its EvalResult in `eval_result`."""
     rejected_reward: float = -1.0
     """A candidate that broke the rules; must stay below every preset's lowest reward (0)."""
     speedup_cap: float = 2.0
-    """tritonforge/staged: the speed bonus is min(speedup - 1, speedup_cap)."""
+    """tritonforge/staged/speed: the speed bonus (or, for speed, malus) is min(speedup - 1, speedup_cap)."""
     staged_format: float = 0.1
     staged_compile: float = 0.2
     staged_correct: float = 0.7

@@ -7,6 +7,9 @@ Presets, all with `rejected` (the candidate broke the rules) strictly lowest:
   staged       w_format * formatted + w_compile * compiled + w_correct * correct + w_speed * min(speedup - 1, cap)
   correct      1 if correct else 0: correctness alone (training rewards with timing off); no partial
                credit, so a group's advantages come only from kernels that work
+  speed        correct * (1 + min(speedup - 1, cap)): 1 for a correct kernel as fast as the reference, less
+               for a slower one, up to 1 + cap; nothing for a failure (the speed stage: no partial credit
+               beside it, so a correct slow kernel still beats a broken fast one)
 Speedup is None when the device gave no meaningful timing (the CPU interpreter); it then adds nothing.
 """
 
@@ -58,11 +61,19 @@ def correct_reward(result: EvalResult, cfg: RewardConfig) -> float:
     return float(result.correct)
 
 
+def speed_reward(result: EvalResult, cfg: RewardConfig) -> float:
+    if not result.correct:
+        return 0.0
+    s = _speedup(result)
+    return 1.0 if s is None else 1.0 + min(s - 1.0, cfg.speedup_cap)
+
+
 PRESETS: dict[str, Callable[[EvalResult, "RewardConfig"], float]] = {
     "correct": correct_reward,
     "tritonforge": tritonforge_reward,
     "kevin": kevin_reward,
     "staged": staged_reward,
+    "speed": speed_reward,
 }
 
 

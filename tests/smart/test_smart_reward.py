@@ -56,6 +56,21 @@ def test_correct(res, expected):
     assert shaped_reward(res, RewardConfig(preset="correct")) == pytest.approx(expected)
 
 
+@pytest.mark.parametrize("res, expected", [
+    (FORMAT, 0.0), (COMPILE_ERR, 0.0), (CRASHED, 0.0), (INCORRECT, 0.0), (CORRECT_UNTIMED, 1.0),
+    (CORRECT_SLOW, 0.5), (CORRECT_1_5, 1.5), (CORRECT_5, 3.0),  # 1 + min(5 - 1, 2)
+])
+def test_speed(res, expected):
+    assert shaped_reward(res, RewardConfig(preset="speed")) == pytest.approx(expected)
+
+
+def test_speed_pays_a_slow_correct_kernel_above_any_failure():
+    cfg = RewardConfig(preset="speed", speedup_cap=1.0)
+    crawling = result("correct", compiled=True, correct=True, speedup=0.01)
+    assert shaped_reward(crawling, cfg) > max(shaped_reward(r, cfg) for r in (FORMAT, CRASHED, HUNG, INCORRECT))
+    assert shaped_reward(CORRECT_5, cfg) == pytest.approx(2.0)  # capped
+
+
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_rejected_is_strictly_lowest(preset):
     cfg = RewardConfig(preset=preset)
