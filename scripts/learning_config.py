@@ -52,7 +52,7 @@ def _set(tree: dict, dotted: str, raw: str) -> None:
     *parents, leaf = dotted.split(".")
     for p in parents:
         tree = tree.setdefault(p, {})
-    tree[leaf] = yaml.safe_load(raw)
+    tree[leaf] = yaml.safe_load(raw) if raw else ""  # key= clears a setting (rl.rollout.filter_fn=), as smart's own do
 
 
 def load(path: str, overrides: list[str]) -> dict:

@@ -124,3 +124,11 @@ def test_every_setting_run_learning_reads_is_one_learning_config_writes(tmp_path
              if not line.startswith(("LEARN_EVAL_", "LEARN_MODEL_", "LEARN_SFT_STOP_", "LEARN_CONTROLS_", "LEARN_LANE_ARMS_"))}
     assert fixed <= written, f"learning_config.py prints {sorted(fixed - written)}: add them to this test's list"
     assert read <= written, f"run_learning.sh reads {sorted(read - written)}, which learning_config.py never writes"
+
+
+def test_an_empty_override_clears_a_setting_as_smarts_own_overrides_do(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "learning_config.py"),
+                           str(REPO / "configs" / "learn_synth_gpu.yaml"), str(tmp_path), "rl.rollout.filter_fn="],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load((tmp_path / "config" / "rl.yaml").read_text())["rollout"]["filter_fn"] == ""
