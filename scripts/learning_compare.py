@@ -7,7 +7,10 @@ continued SFT vs SFT, RL vs continued SFT, shuffled-reward RL vs SFT, each ablat
 the mean change over problems with a paired 95% bootstrap interval; pass@1 per expression size (operators,
 from RUN/synth/manifest.json); and, per checkpoint, how its sampled kernels write the expression (ssa: one
 temporary per operator, t1 = ...; inline: one nested expression) with each style's share and pass@1, from the
-evaluation folders' generations and results (synth.solution_style mixed trains on both).
+evaluation folders' generations and results (synth.solution_style mixed trains on both). When the evaluations
+were timed (eval.timing on a GPU: the speed stage), fast_1 and fast_1.5 too, per problem the share of samples
+correct and faster than 1x / 1.5x the reference, paired like pass@1, and how many kernels each sample launches
+(fused: one, per_op: one per operator).
 Prints a table, writes JSON.
 
 example: python scripts/learning_compare.py runs/learn_gpu_s0
@@ -30,9 +33,20 @@ from kbencheval.bench.store import read_results  # noqa: E402
 PAIRS = (("rl", "sft"), ("sft_continued", "sft"), ("rl", "sft_continued"), ("rl_shuffled", "sft"))
 
 
-def per_problem(report: dict, k: int) -> dict[str, float]:
-    """problem key -> unbiased pass@k from its n samples and c correct."""
+def per_problem(report: dict, k: int | str) -> dict[str, float]:
+    """problem key -> unbiased pass@k from its n samples and c correct; k "fast_P": the share of its samples
+    correct and faster than P times the reference (problems whose correct samples were not all timed left out)."""
+    if isinstance(k, str):
+        threshold = k.removeprefix("fast_")
+        return {p["problem_key"]: p["fast_p"][threshold] for p in report["problems"]
+                if (p.get("fast_p") or {}).get(threshold) is not None}
     return {p["problem_key"]: pass_at_k(p["n"], p["correct"], k) for p in report["problems"] if p["n"] >= k}
+
+
+def timed(report: dict) -> bool:
+    """Whether an evaluation was timed: some correct sample has a speedup (kbench report --json, eval.timing on on a
+    GPU). A problem with no correct sample has fast_p shares of 0 either way, so those shares cannot tell."""
+    return any(p.get("best_speedup") is not None for p in report["problems"])
 
 
 _SSA_LINE = re.compile(r"^\s*t1 = ", re.MULTILINE)
@@ -46,9 +60,20 @@ def style_of(text: str) -> str:
     return "ssa" if _SSA_LINE.search(text) else "inline"
 
 
-def by_style(folder: Path) -> dict[str, dict[str, float]]:
-    """style -> share of the evaluation's samples and their pass@1, from FOLDER/generations and results.jsonl
-    (kbench generate / eval); empty when the folder is not there."""
+_KERNEL = re.compile(r"^@triton\.jit\s*\ndef (?!_)\w+", re.MULTILINE)  # helpers (_silu, ...) are not launched
+
+
+def structure_of(text: str) -> str:
+    """How many kernels a sampled solution defines: fused (one), two, per_op (three or more: one per operator,
+    the speed stage's slow variant), or none (no code block or no kernel)."""
+    count = len(_KERNEL.findall(text)) if "```" in text else 0
+    return {0: "none", 1: "fused", 2: "two"}.get(count, "per_op")
+
+
+def by_style(folder: Path, classify=style_of) -> dict[str, dict[str, float]]:
+    """class (style_of: how the expression is written; structure_of: how many kernels) -> share of the evaluation's
+    samples and their pass@1, from FOLDER/generations and results.jsonl (kbench generate / eval); empty when the
+    folder is not there."""
     results = folder / "results.jsonl"
     if not results.is_file():
         return {}
@@ -57,7 +82,7 @@ def by_style(folder: Path) -> dict[str, dict[str, float]]:
     cells: dict[str, list[int]] = {}
     for sample in sorted((folder / "generations").glob("*/sample_*.json")):
         g = json.loads(sample.read_text())
-        cell = cells.setdefault(style_of(g.get("text") or ""), [0, 0])
+        cell = cells.setdefault(classify(g.get("text") or ""), [0, 0])
         cell[0] += correct.get((g["problem_key"], g["sample"]), False)
         cell[1] += 1
     total = sum(n for _, n in cells.values())
@@ -75,6 +100,9 @@ def compare(evals: Path, sizes: dict[str, int]) -> dict:
         k_max = min((p["n"] for name, r in reports.items() if not name.endswith("_greedy") for p in r["problems"]),
                     default=1)
         measures = {"pass@1": ("", 1), f"pass@{k_max}": ("", k_max), "greedy pass@1": ("_greedy", 1)}  # k_max 1: one key
+        speed = any(timed(r) for name, r in reports.items() if not name.endswith("_greedy"))
+        if speed:
+            measures |= {"fast_1": ("", "fast_1"), "fast_1.5": ("", "fast_1.5")}
         # ablations (rl_NAME) are compared with SFT and with the main GRPO run
         ablations = sorted(phase for phase in reports if phase.startswith("rl_") and not phase.endswith("_greedy")
                            and phase != "rl_shuffled")
@@ -105,6 +133,9 @@ def compare(evals: Path, sizes: dict[str, int]) -> dict:
             cells.items(), key=lambda cell: (cell[0] != "sft", cell[0]))} for size, cells in by_number}
         phases = sorted(reports, key=lambda name: (name != "sft", name))
         rows["by style"] = {phase: cells for phase in phases if (cells := by_style(evals / f"{split}_{phase}"))}
+        if speed:
+            rows["by kernels"] = {phase: cells for phase in phases
+                                  if (cells := by_style(evals / f"{split}_{phase}", structure_of))}
         out[split] = rows
     return out
 
@@ -116,9 +147,9 @@ def print_table(result: dict) -> None:
             if isinstance(value, dict) and "diff" in value:
                 print(f"  {name:42s} {100 * value['diff']:+6.1f} points  95% [{100 * value['lo']:+.1f}, "
                       f"{100 * value['hi']:+.1f}]  ({value['n']} problems)")
-            elif name == "by style":
+            elif name in ("by style", "by kernels"):
                 for phase, cells in value.items():
-                    print(f"  style, {phase}: " + ", ".join(
+                    print(f"  {name.removeprefix('by ')}, {phase}: " + ", ".join(
                         f"{style} {100 * c['share']:.0f}% of samples (pass@1 {100 * c['pass@1']:.1f}%)"
                         for style, c in cells.items()))
             elif name == "pass@1 by operators":

@@ -142,6 +142,8 @@ def per_problem(records: list[dict]) -> list[dict]:
             "n_correct_untimed": correct - len(speedups),
             "best_speedup": speedups[-1] if speedups else None,
             "median_speedup": statistics.median(speedups) if speedups else None,
+            # share of the problem's samples correct and faster than p times the reference (None: untimed)
+            "fast_p": {f"{p:g}": fast_p(rs, p) for p in FAST_P_THRESHOLDS if p > 0},
         })
     return out
 
