@@ -43,7 +43,9 @@
 #                   LEARNING_OVERRIDES="synth.solution_style=inline sft.num_steps=1200" passes key=values
 #   learning_status how far the detached learning run is; copies its summary when done
 #   agreement       after learning_start's GRPO: the last rollouts' distinct kernels judged by the interpreter,
-#                   GPU Evaluators with timing off, and the full GPU evaluator: samples/s, agreement (400)
+#                   GPU Evaluators with timing off, and the full GPU evaluator: samples/s, agreement (400).
+#                   On a later machine (a quiet GPU): carry runs/learn_gpu_rollouts.tgz (rl/rollouts/ of a learning
+#                   run, packed by learning_status) with runs/learn_gpu_synth.tgz, and it unpacks both first
 #   tests_start     every gpu-marked test under GPU_TESTS_PATHS (default: the evaluator's, the adversarial
 #                   suites, data, tensor payloads), detached like learning_start, on GPU_TESTS_DEVICE (default 1);
 #                   the timing-sensitive files run first. Not beside a learning run: with them beside it, run 9's
@@ -197,10 +199,17 @@ print(json.dumps(r)); json.dump(r, open(sys.argv[2], \"w\"), indent=2)" $runs/ti
       (cd "$learn/run" && tar czf "$work/learning_tb.tgz" $(ls -d sft/tb rl*/tb sft_continued/tb 2>/dev/null)) \
           2>/dev/null
       [ -d "$learn/run/plots" ] && tar czf "$work/learning_plots.tgz" -C "$learn/run" plots
+      # the GRPO run's last rollouts, for the agreement step on a quiet machine later (runs/learn_gpu_rollouts.tgz)
+      (cd "$learn/run" && tar czf "$work/learn_gpu_rollouts.tgz" $(ls rl/rollouts/step_*.jsonl 2>/dev/null | tail -n 2)) \
+          2>/dev/null
       # the machine's load beside the run: evaluations slowed tenfold in run 9 and nothing recorded why
       { uptime; ps -eo pcpu,rss,etimes,args --sort=-pcpu | head -n 25 | cut -c1-200; } >> "$work/learning_load.txt"
       echo "== learning_status: $(tail -n 1 "$learn/log" 2>/dev/null || echo 'no run started')" ;;
-    agreement) run agreement 400 "$py" benchmarks/reward_agreement.py "$learn/run/rl/rollouts" \
+    agreement)
+      if [ ! -d "$learn/run/rl/rollouts" ] && [ -f runs/learn_gpu_rollouts.tgz ]; then
+        mkdir -p "$learn/run" && tar xzf runs/learn_gpu_synth.tgz -C "$learn/run" && tar xzf runs/learn_gpu_rollouts.tgz -C "$learn/run"
+      fi
+      run agreement 400 "$py" benchmarks/reward_agreement.py "$learn/run/rl/rollouts" \
         --problems "$learn/run/synth/train" --limit 200 --out "$work/reward_agreement.json"
       tail -n 8 "$work/agreement.log" ;;
     tests_start)
