@@ -40,7 +40,8 @@
 #   learning_start  the learning run, detached with setsid: it outlives this call, but only
 #                   while the machine stays held (at most 30 minutes, and 30 s idle between calls), so
 #                   keep making calls until it is done; carry runs/learn_gpu_synth.tgz to skip synth;
-#                   LEARNING_OVERRIDES="synth.solution_style=inline sft.num_steps=1200" passes key=values
+#                   LEARNING_OVERRIDES="synth.solution_style=inline sft.num_steps=1200" passes key=values;
+#                   LEARNING_CONFIG=configs/learn_speed_gpu.yaml runs the speed stage instead (its own set in the tgz)
 #   learning_status how far the detached learning run is; copies its summary when done
 #   agreement       after learning_start's GRPO: the last rollouts' distinct kernels judged by the interpreter,
 #                   GPU Evaluators with timing off, and the full GPU evaluator: samples/s, agreement (400).
@@ -189,7 +190,7 @@ print(json.dumps(r)); json.dump(r, open(sys.argv[2], \"w\"), indent=2)" $runs/ti
       # The run reads its scripts from a copy: later calls replace the working tree it was started from.
       cp -a . "$learn/src"
       # shellcheck disable=SC2086  # LEARNING_OVERRIDES is a list of key=value words
-      (cd "$learn/src" && setsid nohup bash scripts/run_learning.sh configs/learn_synth_gpu.yaml "$learn/run" \
+      (cd "$learn/src" && setsid nohup bash scripts/run_learning.sh "${LEARNING_CONFIG:-configs/learn_synth_gpu.yaml}" "$learn/run" \
           ${LEARNING_OVERRIDES:-} > "$learn/log" 2>&1 &)
       echo "== learning_start: started; poll with the learning_status step" ;;
     learning_status)
