@@ -49,8 +49,9 @@
 #                   run, packed by learning_status) with runs/learn_gpu_synth.tgz, and it unpacks both first
 #   tests_start     every gpu-marked test under GPU_TESTS_PATHS (default: the evaluator's, the adversarial
 #                   suites, data, tensor payloads), detached like learning_start, on GPU_TESTS_DEVICE (default 1);
-#                   the timing-sensitive files run first. Not beside a learning run: with them beside it, run 9's
-#                   evaluations judged ten times slower than run 8's (the cause was not recorded)
+#                   the timing-sensitive files run first. Not beside a learning run: they share its cores
+#                   (run 9's evaluations judged ten times slower than run 8's, most likely because they ran
+#                   one CPU evaluator, not 14: a launcher bug fixed on 2026-12-07)
 #   tests_status    how far the detached tests are; copies their log and junit XML
 #   suite_compare_start  the bundled suite (trusted timing, 1 pass, cold caches) in this tree and in the trees
 #                   carried as runs/suite_NAME.tgz (git archive of an earlier revision), one after another on
@@ -203,7 +204,7 @@ print(json.dumps(r)); json.dump(r, open(sys.argv[2], \"w\"), indent=2)" $runs/ti
       # the GRPO run's last rollouts, for the agreement step on a quiet machine later (runs/learn_gpu_rollouts.tgz)
       (cd "$learn/run" && tar czf "$work/learn_gpu_rollouts.tgz" $(ls rl/rollouts/step_*.jsonl 2>/dev/null | tail -n 2)) \
           2>/dev/null
-      # the machine's load beside the run: evaluations slowed tenfold in run 9 and nothing recorded why
+      # the machine's load beside the run: when run 9's evaluations slowed tenfold, nothing recorded why
       { uptime; ps -eo pcpu,rss,etimes,args --sort=-pcpu | head -n 25 | cut -c1-200; } >> "$work/learning_load.txt"
       echo "== learning_status: $(tail -n 1 "$learn/log" 2>/dev/null || echo 'no run started')" ;;
     agreement)
