@@ -70,7 +70,7 @@ def structure_of(text: str) -> str:
     return {0: "none", 1: "fused", 2: "two"}.get(count, "per_op")
 
 
-def by_style(folder: Path, classify=style_of) -> dict[str, dict[str, float]]:
+def sample_shares(folder: Path, classify=style_of) -> dict[str, dict[str, float]]:
     """class (style_of: how the expression is written; structure_of: how many kernels) -> share of the evaluation's
     samples and their pass@1, from FOLDER/generations and results.jsonl (kbench generate / eval); empty when the
     folder is not there."""
@@ -132,10 +132,10 @@ def compare(evals: Path, sizes: dict[str, int]) -> dict:
         rows["pass@1 by operators"] = {size: {phase: round(c / n, 4) for phase, (c, n) in sorted(
             cells.items(), key=lambda cell: (cell[0] != "sft", cell[0]))} for size, cells in by_number}
         phases = sorted(reports, key=lambda name: (name != "sft", name))
-        rows["by style"] = {phase: cells for phase in phases if (cells := by_style(evals / f"{split}_{phase}"))}
+        rows["by style"] = {phase: cells for phase in phases if (cells := sample_shares(evals / f"{split}_{phase}"))}
         if speed:
             rows["by kernels"] = {phase: cells for phase in phases
-                                  if (cells := by_style(evals / f"{split}_{phase}", structure_of))}
+                                  if (cells := sample_shares(evals / f"{split}_{phase}", structure_of))}
         out[split] = rows
     return out
 

@@ -20,11 +20,11 @@ import dataclasses
 
 from kbencheval.synth.grammar import Node, inline_helpers, split_subtree, to_torch, to_triton, to_triton_inline
 
-STYLES = ("ssa", "inline", "mixed")
+STYLES = ("ssa", "inline", "mixed")  # mixed: each variant in both styles, inline first
 VARIANTS = ("fused_b1024", "fused_b256", "fused_b4096", "fused_w4", "fused_w8", "unfused", "per_op")
 # a set keeps per_op only when it names it: it is 2-4 times longer than the others, and sets made before it existed
 # stay the same
-DEFAULT_VARIANTS = tuple(v for v in VARIANTS if v != "per_op")  # mixed: each variant in both styles, inline first
+DEFAULT_VARIANTS = tuple(v for v in VARIANTS if v != "per_op")
 
 _TORCH_DTYPE = {"float32": "torch.float32", "float16": "torch.float16", "bfloat16": "torch.bfloat16"}
 # Half-precision references round after every op while the kernels round once; deep trees need room.

@@ -21,7 +21,7 @@ def test_style_of_tells_the_two_ways_apart():
     assert learning_compare.style_of(INLINE.replace("y = ", "wt1 = ")) == "inline"  # t1 as a whole name only
 
 
-def test_by_style_counts_shares_and_pass_rates(tmp_path):
+def test_sample_shares_counts_each_style_and_its_pass_rate(tmp_path):
     samples = [("L1_1_A", 0, SSA, True), ("L1_1_A", 1, SSA, False), ("L1_2_B", 0, INLINE, True),
                ("L1_2_B", 1, INLINE, True)]
     for key, k, text, _ in samples:
@@ -32,6 +32,6 @@ def test_by_style_counts_shares_and_pass_rates(tmp_path):
         json.dumps({"problem_key": key, "sample": k, "correct": ok}) + "\n" for key, k, _, ok in samples))
     with (tmp_path / "results.jsonl").open("a") as f:
         f.write('{"problem_key": "L1_1_A", "sam')  # a line torn by a killed writer is skipped, not fatal
-    assert learning_compare.by_style(tmp_path) == {"inline": {"share": 0.5, "pass@1": 1.0},
+    assert learning_compare.sample_shares(tmp_path) == {"inline": {"share": 0.5, "pass@1": 1.0},
                                                    "ssa": {"share": 0.5, "pass@1": 0.5}}
-    assert learning_compare.by_style(tmp_path / "missing") == {}
+    assert learning_compare.sample_shares(tmp_path / "missing") == {}
