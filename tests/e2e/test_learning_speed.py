@@ -70,3 +70,16 @@ def test_compare_pairs_fast_1_5_and_counts_kernels_only_for_timed_evaluations(tm
     write_eval(untimed, "test_rl", RL, timed=False)
     rows = learning_compare.compare(untimed, {})["test"]
     assert "fast_1.5" not in rows and "by kernels" not in rows and "pass@1: rl - sft" in rows
+
+
+def test_the_report_judges_a_timed_run_by_the_speed_criteria():
+    import learning_report
+
+    def c(diff, lo):
+        return {"diff": diff, "lo": lo, "hi": diff + 0.05, "n": 96}
+
+    speed = learning_report.criteria_rows({"fast_1.5: rl - sft": c(0.12, 0.04), "pass@1: rl - sft": c(-0.03, -0.06)})
+    assert len(speed) == 2 and "fast_1.5" in speed[0] and speed[0].endswith("| met |")
+    assert "at most 2 points" in speed[1] and speed[1].endswith("| not met |")  # -3 points: correctness fell too far
+    correctness = learning_report.criteria_rows({"pass@1: rl - sft": c(0.16, 0.01)})
+    assert len(correctness) == 4 and correctness[0].endswith("| met |") and "not run" in correctness[1]
