@@ -243,10 +243,12 @@ def test_verify_on_the_gpu_keeps_every_variant_and_times_them():
 @pytest.mark.gpu
 def test_per_op_is_slower_than_the_fused_kernel_on_the_gpu():
     """The speed stage's premise: the per-operator translation is slower than the fused kernel, and no faster
-    than 1.5x the eager reference (so fast_1.5 tells them apart)."""
+    than 1.5x the eager reference (so fast_1.5 tells them apart). Not for an rmsnorm tail: eager PyTorch writes it
+    as five kernels and per_op's tail is one, so per_op can beat eager there."""
     problems = generate(SynthConfig(n=10, seed=11, min_ops=2, max_ops=4, variants=["fused_b1024", "fused_w4", "per_op"]))
     kept, dropped = verify(problems, device="cuda", evaluators=1, trials=2, timing=True)
     assert not dropped, dropped
     for p in kept:
         fused = p.speedups["fused_b1024" if "fused_b1024" in p.speedups else "fused_w4"]
-        assert p.speedups["per_op"] < fused and p.speedups["per_op"] < 1.5, (p.key, p.speedups)
+        assert p.speedups["per_op"] < fused, (p.key, p.speedups)
+        assert p.spec.tail == "rmsnorm" or p.speedups["per_op"] < 1.5, (p.key, p.speedups)
