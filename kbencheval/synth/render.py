@@ -7,7 +7,8 @@ Solution variants (the speed reward has something to prefer):
                unfused (an elementwise kernel writes the expression, a row kernel applies the tail)
   both:        per_op (one kernel per operator, each result an fp32 temp: a line-by-line translation that
                launches as many kernels as eager PyTorch and moves more bytes, so it is no faster than the
-               reference; the speed stage's slow variant), listed last
+               reference, except with an rmsnorm tail, five kernels in eager and one here; the speed stage's
+               slow variant), listed last
 The kernels compute in fp32 and cast once on store. Two styles of writing the expression:
   ssa:    one statement per operator in post-order (t1 = ...; t2 = ...), the first GPU learning runs' data
   inline: one nested expression shaped like the PyTorch one, with @triton.jit helpers (_silu, _clamp, ...)
