@@ -201,9 +201,12 @@ print(json.dumps(r)); json.dump(r, open(sys.argv[2], \"w\"), indent=2)" $runs/ti
       (cd "$learn/run" && tar czf "$work/learning_tb.tgz" $(ls -d sft/tb rl*/tb sft_continued/tb 2>/dev/null)) \
           2>/dev/null
       [ -d "$learn/run/plots" ] && tar czf "$work/learning_plots.tgz" -C "$learn/run" plots
-      # the GRPO run's last rollouts, for the agreement step on a quiet machine later (runs/learn_gpu_rollouts.tgz)
-      (cd "$learn/run" && tar czf "$work/learn_gpu_rollouts.tgz" $(ls rl/rollouts/step_*.jsonl 2>/dev/null | tail -n 2)) \
-          2>/dev/null
+      # the GRPO run's last rollouts, once it has finished (not a file mid-write, and not again on every poll), for
+      # the agreement step on a quiet machine later (runs/learn_gpu_rollouts.tgz)
+      if [ -f "$learn/run/rl/hf/config.json" ] && [ ! -f "$learn/rollouts_packed.tgz" ]; then
+        (cd "$learn/run" && tar czf "$learn/rollouts_packed.tgz" $(ls rl/rollouts/step_*.jsonl | tail -n 2)) 2>/dev/null
+      fi
+      cp "$learn/rollouts_packed.tgz" "$work/learn_gpu_rollouts.tgz" 2>/dev/null
       # the machine's load beside the run: when run 9's evaluations slowed tenfold, nothing recorded why
       { uptime; ps -eo pcpu,rss,etimes,args --sort=-pcpu | head -n 25 | cut -c1-200; } >> "$work/learning_load.txt"
       echo "== learning_status: $(tail -n 1 "$learn/log" 2>/dev/null || echo 'no run started')" ;;

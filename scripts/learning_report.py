@@ -28,7 +28,8 @@ def at_least(bar: float, interval_above_zero: bool = False):
 
 
 # the bars, fixed before the runs: GRPO - SFT >= 15 points (interval above 0), GRPO - continued SFT >= 10
-CRITERIA = (("pass@1: rl - sft", at_least(0.15, True), "test pass@1 after GRPO - after SFT >= +15 points, interval above 0"),
+CRITERIA = (("pass@1: rl - sft", at_least(0.15, True),
+             "test pass@1 after GRPO - after SFT >= +15 points, interval above 0"),
             ("pass@1: rl - sft_continued", at_least(0.10), "test pass@1 after GRPO - continued SFT >= +10 points"),
             ("greedy pass@1: rl - sft", lambda c: c["diff"] > 0, "greedy test pass@1 rises"),
             ("pass@1: rl_shuffled - sft", lambda c: c["lo"] <= 0,
@@ -70,7 +71,8 @@ def section(run: Path, files: Path, doc: Path) -> str:
                   *criteria_rows(test), ""]
     for split, rows in compare.items():
         measures = [k for k, v in rows.items()
-                    if isinstance(v, dict) and "diff" not in v and k not in ("pass@1 by operators", "by style", "by kernels")]
+                    if isinstance(v, dict) and "diff" not in v
+                    and k not in ("pass@1 by operators", "by style", "by kernels")]
         phases = sorted({p for m in measures for p in rows[m]}, key=lambda p: (p != "sft", p != "rl", p))
         lines += [f"**{split}**", "", "| measure | " + " | ".join(phases) + " |", "| --- " * (len(phases) + 1) + "|"]
         lines += [f"| {m} | " + " | ".join(pct(rows[m].get(p)) for p in phases) + " |" for m in measures]
