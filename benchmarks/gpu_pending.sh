@@ -207,6 +207,11 @@ print(json.dumps(r)); json.dump(r, open(sys.argv[2], \"w\"), indent=2)" $runs/ti
         (cd "$learn/run" && tar czf "$learn/rollouts_packed.tgz" $(ls rl/rollouts/step_*.jsonl | tail -n 2)) 2>/dev/null
       fi
       cp "$learn/rollouts_packed.tgz" "$work/learn_gpu_rollouts.tgz" 2>/dev/null
+      # a set made on the device (none carried), packed once it is complete: later holds carry it back
+      if [ -f "$learn/run/synth/manifest.json" ] && [ ! -f "$learn/synth_packed.tgz" ]; then
+        tar czf "$learn/synth_packed.tgz" -C "$learn/run" synth
+      fi
+      cp "$learn/synth_packed.tgz" "$work/learn_gpu_synth.tgz" 2>/dev/null
       # the machine's load beside the run: when run 9's evaluations slowed tenfold, nothing recorded why
       { uptime; ps -eo pcpu,rss,etimes,args --sort=-pcpu | head -n 25 | cut -c1-200; } >> "$work/learning_load.txt"
       echo "== learning_status: $(tail -n 1 "$learn/log" 2>/dev/null || echo 'no run started')" ;;

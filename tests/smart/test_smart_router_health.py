@@ -125,6 +125,9 @@ def test_dead_server_is_dropped_from_engines_and_router(tiny_model, local_ray, t
             assert a.requests_served() + b.requests_served() - before == 4 and min(
                 a.requests_served(), b.requests_served()) > 0  # through the router, onto both servers
             assert fleet.check() == {"engines/alive": 2.0, "engines/restarts": 0.0, "engines/drops": 0.0}
+            # Both have answered a start ping (async: on a slow machine it can still be in flight, and an
+            # engine that has not answered yet counts as starting, not dead); from here one check decides.
+            assert _wait_until(lambda: fleet.check()["engines/alive"] == 2.0 and all(fleet.started))
             b.proc.kill()
             b.proc.wait(timeout=10)
             assert fleet.check() == {"engines/alive": 1.0, "engines/restarts": 0.0, "engines/drops": 1.0}
