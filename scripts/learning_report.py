@@ -62,9 +62,11 @@ def section(run: Path, files: Path, doc: Path) -> str:
     summary = json.loads((run / "plots" / "summary.json").read_text())
     learning = json.loads((run / "config" / "learning.json").read_text())
     name = run.name
-    lines = [f"### {name}", "", "```",
-             f"bash scripts/run_learning.sh CONFIG {run}   # the settings below are RUN/config/learning.json",
-             "```", "", f"seed {learning.get('seed', 0)}, synth {json.dumps(learning.get('synth', {}))}", ""]
+    recorded = run / "config" / "command.txt"  # runs before 2026-12-07 did not record theirs
+    command = (recorded.read_text().strip() if recorded.is_file() else
+               f"bash scripts/run_learning.sh CONFIG {run}   # the settings below are RUN/config/learning.json")
+    lines = [f"### {name}", "", "```", command, "```", "",
+             f"seed {learning.get('seed', 0)}, synth {json.dumps(learning.get('synth', {}))}", ""]
     test = compare.get("test", {})
     if test:
         lines += ["| success criterion | change, paired 95% interval (points) | |", "| --- | --- | --- |",

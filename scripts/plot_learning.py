@@ -75,12 +75,16 @@ def line_plot(path: Path, title: str, series: dict[str, list[tuple[int, float]]]
     return True
 
 
-def heldout_plot(path: Path, numbers: dict[str, dict]) -> bool:
+SPLIT_TITLES = {"test": "test split (new problems, training distribution)", "heldout": "unseen operator pairs"}
+
+
+def heldout_plot(path: Path, numbers: dict[str, dict], split: str) -> bool:
     import matplotlib.pyplot as plt
 
     if not numbers:
         return False
     metrics = [("correct_rate", "correct_ci95", "pass@1 correct"), ("fast_1", "fast_1_ci95", "fast_1")]
+    metrics = [m for m in metrics if any(m[0] in nums for nums in numbers.values())]  # fast_1 only when timed
     fig, ax = plt.subplots(figsize=(6, 3.5))
     width = 0.8 / len(numbers)
     for i, (phase, nums) in enumerate(numbers.items()):
@@ -93,7 +97,8 @@ def heldout_plot(path: Path, numbers: dict[str, dict]) -> bool:
                 errs[1].append(nums[ci][1] - nums[key])
         ax.bar(xs, ys, width, yerr=errs, capsize=4, label=f"{phase} (n={nums['samples']})")
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(metrics))], [m[2] for m in metrics])
-    ax.set(title="held-out problems (95% Wilson intervals)", ylabel="rate", ylim=(0, 1))
+    ax.set(title=f"{SPLIT_TITLES[split]}, 95% Wilson intervals", ylabel="rate", ylim=(0, 1.15))
+    ax.title.set_fontsize(10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -160,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                     numbers[label + kind] = heldout_numbers(json.loads(report.read_text()))
         if numbers or split == "heldout":
             by_split[split] = numbers
-            (written if heldout_plot(out / f"{split}.png", numbers) else missing).append(f"{split}.png")
+            (written if heldout_plot(out / f"{split}.png", numbers, split) else missing).append(f"{split}.png")
     stages = run / "stage_seconds.txt"
     seconds = dict(line.split() for line in stages.read_text().splitlines() if line.strip()) if stages.is_file() else {}
     summary = {**by_split, "sft_probes": probes, "stage_seconds": {k: int(v) for k, v in seconds.items()},

@@ -61,6 +61,8 @@ def test_learning_config_points_sft_and_grpo_at_the_two_sets(tmp_path):
 
     out, sft, rl = stage("rl_pool=3")
     assert "LEARN_RL_POOL=3" in out
+    command = (tmp_path / "config" / "command.txt").read_text()  # what the report prints: config and overrides
+    assert command.endswith(f"configs/learn_synth_cpu.yaml {tmp_path} rl_pool=3\n")
     assert sft["data"]["sft_jsonl"].endswith("synth/sft_train_minus_rl_pool.jsonl")
     assert rl["data"]["path"].endswith("synth/rl_pool")
     out, sft, rl = stage("rl_pool=0")

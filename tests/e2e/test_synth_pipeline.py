@@ -114,6 +114,7 @@ def _check_report_page(run, tmp_path, change: dict) -> None:
     text = doc.read_text()
     assert text.count("<!-- learning_report:begin -->") == 1 and text.endswith("history stays\n")
     assert f"| pass@1: rl - sft | {100 * change['diff']:+.1f} [" in text and "| turn 2 |" in text
+    assert f"bash scripts/run_learning.sh configs/learn_synth_cpu.yaml {run}\n" in text  # the command as run
     assert "test pass@1 after GRPO - after SFT >= +15 points" in text and "![test.png](learning/learn/test.png)" in text
     assert (doc.parent / "learning" / "learn" / "compare.json").is_file()
     styles = "| checkpoint | style | share of samples | pass@1 |\n"  # learning_compare's per-style table
