@@ -6,7 +6,9 @@ evaluation reports (RUN/evals/{test,heldout}_{sft,rl,sft_continued,rl_shuffled}[
   sft_loss.png      SFT loss per step
   rl_reward.png     GRPO mean reward per step
   rl_rates.png      rollout correct, fast_1 and compile rates per step (training problems), and the control's
-  rl_kl.png         KL to the reference (when the run logged one) and the engine/trainer logprob gap
+  rl_kl.png         KL to the reference (when the run logged one; the shuffled control's too) and the
+                    engine/trainer logprob gap
+  rl_entropy.png    the policy's entropy per GRPO step, and the shuffled control's
   tokens_per_s.png  generation and training tokens/s per phase
   sft_probe.png     held-out pass@k of the SFT probes per SFT step (where SFT stopped)
   test.png, heldout.png  pass@1 correctness and fast_1 after SFT, after RL and for the controls run, on the
@@ -142,8 +144,12 @@ def main(argv: list[str] | None = None) -> int:
             "compiled": pick(rl, "eval/compile_rate"), "compiled, shuffled control": pick(shuffled, "eval/compile_rate"),
             **{f"correct, {name}": pick(tags, "eval/correct_rate") for name, tags in ablations.items()}},
             "rate"),
-        "rl_kl.png": ("KL and logprob gap", {**kl_tags, "engine-trainer |dlogp|":
-                                             pick(rl, "train/rollout_logprob_abs_diff")}, "nats"),
+        "rl_kl.png": ("KL and logprob gap", {**kl_tags, "train/kl, shuffled control": pick(shuffled, "train/kl"),
+                                             "engine-trainer |dlogp|": pick(rl, "train/rollout_logprob_abs_diff")},
+                      "nats"),
+        "rl_entropy.png": ("policy entropy (sampled tokens)", {"GRPO": pick(rl, "train/entropy"),
+                                                              "shuffled control": pick(shuffled, "train/entropy")},
+                           "nats a token"),
         "tokens_per_s.png": ("throughput per phase", {
             "RL generate": pick(rl, "perf/generate_tokens_per_s"), "RL train": pick(rl, "train/tokens_per_s"),
             "SFT train": pick(sft, "train/tokens_per_s")}, "tokens/s"),
