@@ -42,7 +42,7 @@
 #                   keep making calls until it is done; carry runs/learn_gpu_synth.tgz to skip synth;
 #                   LEARNING_OVERRIDES="synth.solution_style=inline sft.num_steps=1200" passes key=values;
 #                   LEARNING_CONFIG=configs/learn_speed_gpu.yaml runs the speed stage instead (its own set in the tgz)
-#   learning_status how far the detached learning run is; copies its summary when done
+#   learning_status how far the detached learning run is; copies its reports, curves and the evaluations' samples
 #   agreement       after learning_start's GRPO: the last rollouts' distinct kernels judged by the interpreter,
 #                   GPU Evaluators with timing off, and the full GPU evaluator: samples/s, agreement (400).
 #                   On a later machine (a quiet GPU): carry runs/learn_gpu_rollouts.tgz (rl/rollouts/ of a learning
@@ -201,6 +201,10 @@ print(json.dumps(r)); json.dump(r, open(sys.argv[2], \"w\"), indent=2)" $runs/ti
       (cd "$learn/run" && tar czf "$work/learning_tb.tgz" $(ls -d sft/tb rl*/tb sft_continued/tb 2>/dev/null)) \
           2>/dev/null
       [ -d "$learn/run/plots" ] && tar czf "$work/learning_plots.tgz" -C "$learn/run" plots
+      # the evaluations' samples and verdicts, so learning_compare.py's per-style tables can be made off the device
+      # when the hold ends before the run does (run 13's did)
+      (cd "$learn/run" && tar czf "$work/learning_evals.tgz" $(ls -d evals/*/results.jsonl evals/*/generations)) \
+          2>/dev/null
       # the GRPO run's last rollouts, once it has finished (not a file mid-write, and not again on every poll), for
       # the agreement step on a quiet machine later (runs/learn_gpu_rollouts.tgz)
       if [ -f "$learn/run/rl/hf/config.json" ] && [ ! -f "$learn/rollouts_packed.tgz" ]; then
