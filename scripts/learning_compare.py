@@ -3,7 +3,8 @@
 Paired comparisons of a learning run's checkpoints on the same problems and sampling seeds
 (RUN/evals/{split}_{phase}[_greedy].json from `kbench report --json`): for each split, each measure
 (pass@1 at T=1, pass@k at the largest k the samples allow, greedy pass@1) and each pair (RL vs SFT,
-continued SFT vs SFT, RL vs continued SFT, shuffled-reward RL vs SFT, each ablation rl_NAME vs SFT and vs RL),
+continued SFT vs SFT, RL vs continued SFT, shuffled-reward RL vs SFT, each ablation rl_NAME vs SFT and vs RL,
+GRPO's policy after N steps, rl_stepN (rl.export_hf_every), vs SFT),
 the mean change over problems with a paired 95% bootstrap interval; pass@1 per expression size (operators,
 from RUN/synth/manifest.json); and, per checkpoint, how its sampled kernels write the expression (ssa: one
 temporary per operator, t1 = ...; inline: one nested expression) with each style's share and pass@1, from the
@@ -31,6 +32,7 @@ from kbencheval.bench.metrics import paired_bootstrap, pass_at_k  # noqa: E402
 from kbencheval.bench.store import read_results  # noqa: E402
 
 PAIRS = (("rl", "sft"), ("sft_continued", "sft"), ("rl", "sft_continued"), ("rl_shuffled", "sft"))
+OVER_TRAINING = re.compile(r"^rl_step(\d+)$")  # GRPO's policy after N steps (rl.export_hf_every), not an ablation
 
 
 def per_problem(report: dict, k: int | str) -> dict[str, float]:
@@ -105,8 +107,11 @@ def compare(evals: Path, sizes: dict[str, int]) -> dict:
             measures |= {"fast_1": ("", "fast_1"), "fast_1.5": ("", "fast_1.5")}
         # ablations (rl_NAME) are compared with SFT and with the main GRPO run
         ablations = sorted(phase for phase in reports if phase.startswith("rl_") and not phase.endswith("_greedy")
-                           and phase != "rl_shuffled")
+                           and phase != "rl_shuffled" and not OVER_TRAINING.match(phase))
+        during = sorted((phase for phase in reports if OVER_TRAINING.match(phase)),
+                        key=lambda phase: int(OVER_TRAINING.match(phase).group(1)))
         pairs = PAIRS + tuple(pair for arm in ablations for pair in ((arm, "sft"), (arm, "rl")))
+        pairs += tuple((phase, "sft") for phase in during)
         rows = {}
         for measure, (suffix, k) in measures.items():
             scores = {phase: per_problem(reports[phase + suffix], k) for phase in {"sft", *(a for a, _ in pairs)}

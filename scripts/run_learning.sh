@@ -199,6 +199,16 @@ main_lane() {  # GRPO, its evaluations, the continued-SFT control (it needs GRPO
   evaluate_multiturn rl "$RUN/rl/hf"
 }
 
+evaluate_over_training() {  # GRPO's policy during training (rl.export_hf_every): the exports made so far, each
+  # evaluated like a control (the primary split, sampled); beside a main lane still in GRPO, the later ones are missed
+  local export steps
+  for export in "$RUN"/rl/hf_steps/step_*; do
+    [[ "$export" != *.tmp && -f "$export/config.json" ]] || continue
+    steps=$((10#${export##*_}))
+    evaluate_checkpoint "rl_step$steps" "$export" primary
+  done
+}
+
 side_lane() {  # side_lane INDEX: beside the main lane, side lane INDEX (from 1). The first runs the SFT model's
   # multi-turn evaluation and shuffled-reward GRPO; each runs its share of the ablations (GRPO from the SFT model,
   # one setting changed), which learning_config.py deals out in turn
@@ -211,6 +221,7 @@ side_lane() {  # side_lane INDEX: beside the main lane, side lane INDEX (from 1)
         out_dir="$RUN/rl_shuffled" reward.reward_fn=smart.reward.controls:shuffled_preset_rewards ${start:+"$start"}
       evaluate_checkpoint rl_shuffled "$RUN/rl_shuffled/hf" primary
     fi
+    evaluate_over_training
   fi
   for arm in ${!arms_of_lane:-}; do
     start=$(rl_start "$arm")

@@ -286,6 +286,9 @@ class RLConfig:
     """Continue from the newest checkpoint in out_dir/checkpoints if there is one."""
     export_hf: bool = True
     """Write the final policy as a HF folder to out_dir/hf."""
+    export_hf_every: int = 0
+    """Steps between HF folders of the policy in out_dir/hf_steps/step_N (N steps done), for evaluations over
+    training; 0 = none (the final policy still goes to out_dir/hf)."""
     seed: int = 0
     """Seeds the driver's RNGs, the order problems are drawn in and the engines' sampling seeds."""
     max_staleness: int = 1
@@ -317,6 +320,8 @@ class RLConfig:
                               "give one server URL per engine")
         if self.keep_last_n < 0:
             raise ConfigError("keep_last_n must be >= 0 (0 keeps every checkpoint)")
+        if self.export_hf_every < 0:
+            raise ConfigError(f"export_hf_every must be >= 0 (0: no exports during training), got {self.export_hf_every}")
         if self.max_minutes < 0:
             raise ConfigError(f"max_minutes must be >= 0 (0: no wall-clock budget), got {self.max_minutes}")
         if self.max_staleness < 0:

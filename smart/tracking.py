@@ -201,6 +201,18 @@ def save_checkpoint(out_dir: Path, step: int, trainer, run_state: dict, keep_las
     return path
 
 
+def export_policy(out_dir: Path, step: int, trainer) -> Path:
+    """The policy after step+1 steps as a HF folder, out_dir/hf_steps/step_{step+1}: written under a temporary
+    name, then renamed, so an evaluation beside the run never reads half a folder."""
+    path = out_dir / "hf_steps" / f"step_{step + 1:06d}"
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    trainer.export_hf(str(tmp))
+    shutil.rmtree(path, ignore_errors=True)
+    tmp.replace(path)
+    return path
+
+
 def read_run_state(ckpt: Path | None) -> dict:
     return json.loads((ckpt / "run_state.json").read_text()) if ckpt else {"next_step": 0}
 

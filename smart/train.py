@@ -23,7 +23,8 @@ from smart.rollout.engines import sync_weights
 from smart.rollout.filters import filter_groups
 from smart.rollout.refill import fill_groups
 from smart.session import rl_main, rl_session
-from smart.tracking import PhaseTimer, Tracker, load_rollouts, replay_file, save_checkpoint, save_rollouts
+from smart.tracking import (PhaseTimer, Tracker, export_policy, load_rollouts, replay_file, save_checkpoint,
+                            save_rollouts)
 
 
 def train(cfg: RLConfig) -> dict:
@@ -72,6 +73,9 @@ def loop(cfg: RLConfig, out: Path, start: int, actor: TrainGroup | None, rollout
             with timer("save"):
                 data_state = ray.get(rollout.data_state.remote()) if rollout else None
                 save_checkpoint(out, step, actor, {"data": data_state}, cfg.keep_last_n)
+        if actor and cfg.export_hf_every and (step + 1) % cfg.export_hf_every == 0 and not last:
+            with timer("save"):  # the last step's policy goes to out/hf
+                export_policy(out, step, actor)
         metrics |= timer.metrics()
         tracker.log(step, metrics)
         if out_of_time and not step + 1 == cfg.num_steps:

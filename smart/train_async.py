@@ -31,7 +31,7 @@ import ray
 from smart.config import ConfigError, RLConfig
 from smart.rollout.engines import sync_weights
 from smart.session import RLSession, rl_main, rl_session
-from smart.tracking import PhaseTimer, save_checkpoint, save_rollouts
+from smart.tracking import PhaseTimer, export_policy, save_checkpoint, save_rollouts
 
 
 @dataclasses.dataclass
@@ -186,6 +186,9 @@ def _eval_and_save(cfg: RLConfig, run: RLSession, step: int, timer: PhaseTimer, 
             ref = data_states.get(step + 1)
             data_state = ray.get(ref if ref is not None else run.rollout.data_state.remote())
             save_checkpoint(run.out, step, run.actor, {"data": data_state}, cfg.keep_last_n)
+    if cfg.export_hf_every and (step + 1) % cfg.export_hf_every == 0 and step + 1 != cfg.num_steps:
+        with timer("save"):
+            export_policy(run.out, step, run.actor)
     for done in [s for s in data_states if s <= step + 1]:
         del data_states[done]
     return metrics

@@ -157,3 +157,28 @@ def test_max_minutes_ends_the_loop_after_the_step_that_passes_it_with_a_checkpoi
     assert latest_checkpoint(tmp_path / "out").name == f"step_{len(steps_run):06d}"  # saved as a last step is
     with pytest.raises(ConfigError, match="max_minutes must be >= 0"):
         RLConfig(model_path="m", max_minutes=-1).validate()
+
+
+class ExportingActor(FakeActor):
+    def export_hf(self, path):
+        from pathlib import Path
+
+        Path(path).mkdir(parents=True)
+        (Path(path) / "config.json").write_text("{}")
+
+
+def test_export_hf_every_writes_the_policy_over_training_but_not_the_last_step(tmp_path):
+    from smart import train as driver
+    from smart.tracking import save_rollouts
+
+    samples = [Sample(index=i, group_index=0, prompt_token_ids=[1], response_token_ids=[2], loss_mask=[1],
+                      rollout_logprobs=[0.0], status=SampleStatus.COMPLETED, reward=float(i)) for i in range(2)]
+    save_rollouts(tmp_path / "rollouts" / "step_00000.jsonl", samples)
+    cfg = RLConfig(mode="train_only", replay_dir=str(tmp_path / "rollouts"), num_steps=5, save_every=0,
+                   export_hf_every=2)
+    driver.loop(cfg, tmp_path / "out", 0, ExportingActor(), None, None, FakeTracker())
+    exports = sorted(p.name for p in (tmp_path / "out" / "hf_steps").iterdir())
+    assert exports == ["step_000002", "step_000004"]  # step 5 is the last: its policy goes to out/hf
+    assert all((tmp_path / "out" / "hf_steps" / name / "config.json").is_file() for name in exports)
+    with pytest.raises(ConfigError, match="export_hf_every must be >= 0"):
+        RLConfig(model_path="m", export_hf_every=-1).validate()
