@@ -97,16 +97,19 @@ def test_run_learning_produces_every_stage(tmp_path):
     change = compare["test"]["pass@1: rl - sft"]
     assert change["n"] == 2 and change["lo"] <= change["diff"] <= change["hi"]
     assert {"pass@2", "pass@1: rl_lr3e-4 - sft", "pass@1: rl_lr3e-4 - rl"} <= set(compare["test"])
-    # rl.export_hf_every: 1: the policy after GRPO's first step, evaluated in the side lane, paired with SFT only
+    _check_over_training(run, compare, summary)
+    _check_report_page(run, tmp_path, change)
+    assert set(compare["test"]["pass@1 by operators"]) <= {"2", "3"}
+
+
+def _check_over_training(run, compare: dict, summary: dict) -> None:
+    """rl.export_hf_every: 1: the policy after GRPO's first step, evaluated in the side lane, paired with SFT only."""
     assert sorted(p.name for p in (run / "rl" / "hf_steps").iterdir()) == ["step_000001"]
     during = json.loads((run / "evals" / "test_rl_step1.json").read_text())
     assert during["summary"]["all"]["n_samples"] == 4 and during["model"].endswith("rl/hf_steps/step_000001")
     assert "pass@1: rl_step1 - sft" in compare["test"] and "pass@1: rl_step1 - rl" not in compare["test"]
     assert [point[0] for point in summary["test_over_training"]] == [0, 1, 2]
     assert "test_over_training.png" in summary["plots"]
-
-    _check_report_page(run, tmp_path, change)
-    assert set(compare["test"]["pass@1 by operators"]) <= {"2", "3"}
 
 
 def _check_report_page(run, tmp_path, change: dict) -> None:
