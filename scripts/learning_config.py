@@ -199,7 +199,8 @@ def main(argv: list[str]) -> int:
         (run / "config" / f"{name}.yaml").write_text(yaml.safe_dump(arm, sort_keys=False))
     (run / "config" / "learning.json").write_text(json.dumps(cfg, indent=1) + "\n")
     # what the report prints as the run's command: the config and the overrides, not only their merge
-    (run / "config" / "command.txt").write_text(shlex.join(["bash", "scripts/run_learning.sh", argv[0], str(run), *argv[2:]]) + "\n")
+    command = ["bash", "scripts/run_learning.sh", argv[0], str(run), *argv[2:]]
+    (run / "config" / "command.txt").write_text(shlex.join(command) + "\n")
     flat = {"SEED": cfg.get("seed", 0), "LANES": cfg.get("lanes", 1), "RL_POOL": cfg.get("rl_pool", 0)}
     flat |= {f"MODEL_{k.upper()}": v for k, v in cfg.get("model", {}).items()}
     flat |= {f"EVAL_{k.upper()}": v for k, v in cfg.get("eval", {}).items()}

@@ -132,8 +132,8 @@ def over_training_plot(path: Path, points: list[list]) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(6, 3.5))
     steps, rates = [p[0] for p in points], [p[1] for p in points]
-    ax.errorbar(steps, rates, yerr=[[r - p[2] for r, p in zip(rates, points)], [p[3] - r for r, p in zip(rates, points)]],
-                marker="o", capsize=4)
+    below, above = [p[1] - p[2] for p in points], [p[3] - p[1] for p in points]
+    ax.errorbar(steps, rates, yerr=[below, above], marker="o", capsize=4)
     ax.set(title="test pass@1 (T=1) over GRPO, 95% Wilson intervals", xlabel="GRPO steps", ylabel="pass@1", ylim=(0, 1))
     ax.grid(alpha=0.3)
     fig.tight_layout()
