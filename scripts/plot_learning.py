@@ -211,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     (written if over_training_plot(out / "test_over_training.png", points) else missing).append("test_over_training.png")
     stages = run / "stage_seconds.txt"
     seconds = dict(line.split() for line in stages.read_text().splitlines() if line.strip()) if stages.is_file() else {}
-    summary = {**by_split, "test_over_training": points, "sft_probes": probes, "stage_seconds": {k: int(v) for k, v in seconds.items()},
-               "plots": written, "missing": missing}
+    summary = {**by_split, "test_over_training": points, "sft_probes": probes,
+               "stage_seconds": {k: int(v) for k, v in seconds.items()}, "plots": written, "missing": missing}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"wrote {len(written)} plots to {out}" + (f"; no data for {', '.join(missing)}" if missing else ""))
     return 0

@@ -178,7 +178,11 @@ def test_export_hf_every_writes_the_policy_over_training_but_not_the_last_step(t
                    export_hf_every=2)
     driver.loop(cfg, tmp_path / "out", 0, ExportingActor(), None, None, FakeTracker())
     exports = sorted(p.name for p in (tmp_path / "out" / "hf_steps").iterdir())
-    assert exports == ["step_000002", "step_000004"]  # step 5 is the last: its policy goes to out/hf
+    assert exports == ["step_000002", "step_000004"]
+    cfg.num_steps, cfg.out_dir = 4, str(tmp_path / "out4")
+    driver.loop(cfg, tmp_path / "out4", 0, ExportingActor(), None, None, FakeTracker())
+    exports = sorted(p.name for p in (tmp_path / "out4" / "hf_steps").iterdir())
+    assert exports == ["step_000002"]  # step 4 is the last: its policy goes to out/hf, not hf_steps
     assert all((tmp_path / "out" / "hf_steps" / name / "config.json").is_file() for name in exports)
     with pytest.raises(ConfigError, match="export_hf_every must be >= 0"):
         RLConfig(model_path="m", export_hf_every=-1).validate()
