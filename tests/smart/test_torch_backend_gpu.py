@@ -34,14 +34,37 @@ def test_bf16_autocast_trains_with_fp32_master_weights(model_dir):  # noqa: F811
     assert all(t.device.type == "cpu" for t in b.state_dict_for_sync(torch.bfloat16).values())
 
 
-def test_fused_adamw_takes_the_same_step_as_foreach(model_dir):  # noqa: F811
+def test_fused_adamw_takes_the_same_steps_as_foreach(model_dir):  # noqa: F811
+    """The same weights and data through both optimizers. The first version of this test (bf16, sdpa, each
+    parameter within 1e-5 after three steps) failed on an H100 on 2026-12-08 at the embedding. Most likely cause,
+    not yet checked on a GPU: the embedding's backward accumulates with atomics on CUDA, so two runs' gradients
+    differ, and Adam scales a near-zero gradient's difference up to lr. Here fp32, eager attention and
+    deterministic kernels make the first step's gradients bitwise equal, so that step must match element by
+    element; after three steps the updates must match to 1e-3 of their norm (on CPU, beta2 0.99 instead of 0.999
+    moves them 1.6e-3 apart, beta1 0.8 5.6e-2), which leaves room for a rare sign flip of a gradient near zero."""
     samples = _samples(4)
-    weights = {}
-    for fused in (True, False):
-        b = TorchTrainBackend(TrainConfig(model_path=model_dir, lr=1e-3, fused_optimizer=fused))
-        assert b.optimizer.defaults["fused"] is (True if fused else None)
-        for _ in range(3):
+    start, first, third = {}, {}, {}
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        for fused in (True, False):
+            b = TorchTrainBackend(TrainConfig(model_path=model_dir, lr=1e-3, dtype="fp32", attn_implementation="eager",
+                                              fused_optimizer=fused))
+            assert b.optimizer.defaults["fused"] is (True if fused else None)
+            start[fused] = _params(b)
             b.train_sft(samples)
-        weights[fused] = _params(b)
-    for name, value in weights[True].items():
-        torch.testing.assert_close(value, weights[False][name], rtol=1e-4, atol=1e-5, msg=name)
+            first[fused] = _params(b)
+            for _ in range(2):
+                b.train_sft(samples)
+            third[fused] = _params(b)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+    for name, weights in start[True].items():
+        assert torch.equal(weights, start[False][name]), name
+        update = {fused: first[fused][name] - weights for fused in (True, False)}
+        torch.testing.assert_close(update[True], update[False], rtol=1e-4, atol=1e-9,
+                                   msg=lambda mismatch, name=name: f"{name}: {mismatch}")
+        update = {fused: third[fused][name] - weights for fused in (True, False)}
+        gap = ((update[True] - update[False]).norm() / update[False].norm().clamp_min(1e-30)).item()
+        assert gap < 1e-3, f"{name}: three-step updates {gap:.2e} of their norm apart"
+    assert max((first[True][n] - start[True][n]).abs().max().item() for n in start[True]) > 1e-4  # it stepped
