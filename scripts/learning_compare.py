@@ -7,8 +7,9 @@ continued SFT vs SFT, RL vs continued SFT, shuffled-reward RL vs SFT, each ablat
 GRPO's policy after N steps, rl_stepN (rl.export_hf_every), vs SFT),
 the mean change over problems with a paired 95% bootstrap interval; pass@1 per expression size (operators,
 from RUN/synth/manifest.json); and, per checkpoint, how its sampled kernels write the expression (ssa: one
-temporary per operator, t1 = ...; inline: one nested expression) with each style's share and pass@1, from the
-evaluation folders' generations and results (synth.solution_style mixed trains on both). When the evaluations
+temporary per operator, t1 = ...; inline: one nested expression) with each style's share, pass@1 and failed samples
+by verdict (compile_error, incorrect, ...), from the evaluation folders' generations and results
+(synth.solution_style mixed trains on both). When the evaluations
 were timed (eval.timing on a GPU: the speed stage), fast_1 and fast_1.5 too, per problem the share of samples
 correct and faster than 1x / 1.5x the reference, paired like pass@1, and how many kernels each sample launches
 (fused: one, per_op: one per operator).
@@ -72,23 +73,28 @@ def structure_of(text: str) -> str:
     return {0: "none", 1: "fused", 2: "two"}.get(count, "per_op")
 
 
-def sample_shares(folder: Path, classify=style_of) -> dict[str, dict[str, float]]:
+def sample_shares(folder: Path, classify=style_of) -> dict[str, dict]:
     """class (style_of: how the expression is written; structure_of: how many kernels) -> share of the evaluation's
-    samples and their pass@1, from FOLDER/generations and results.jsonl (kbench generate / eval); empty when the
-    folder is not there."""
+    samples, their pass@1 and how the others failed (verdict status -> count), from FOLDER/generations and
+    results.jsonl (kbench generate / eval); empty when the folder is not there."""
     results = folder / "results.jsonl"
     if not results.is_file():
         return {}
     records, _ = read_results(results)  # the report's reader: an unreadable line is skipped, not fatal
-    correct = {key: bool(r.get("correct")) for key, r in records.items()}
-    cells: dict[str, list[int]] = {}
+    cells: dict[str, list] = {}
     for sample in sorted((folder / "generations").glob("*/sample_*.json")):
         g = json.loads(sample.read_text())
-        cell = cells.setdefault(classify(g.get("text") or ""), [0, 0])
-        cell[0] += correct.get((g["problem_key"], g["sample"]), False)
+        record = records.get((g["problem_key"], g["sample"]), {})
+        cell = cells.setdefault(classify(g.get("text") or ""), [0, 0, {}])
         cell[1] += 1
-    total = sum(n for _, n in cells.values())
-    return {style: {"share": round(n / total, 4), "pass@1": round(c / n, 4)} for style, (c, n) in sorted(cells.items())}
+        if record.get("correct"):
+            cell[0] += 1
+        else:  # a sample with no verdict (its line torn or missing) counts as failed, as in pass@1
+            status = record.get("status") or "no verdict"
+            cell[2][status] = cell[2].get(status, 0) + 1
+    total = sum(n for _, n, _ in cells.values())
+    return {style: {"share": round(n / total, 4), "pass@1": round(c / n, 4), "failures": dict(sorted(failed.items()))}
+            for style, (c, n, failed) in sorted(cells.items())}
 
 
 def compare(evals: Path, sizes: dict[str, int]) -> dict:
@@ -155,7 +161,8 @@ def print_table(result: dict) -> None:
             elif name in ("by style", "by kernels"):
                 for phase, cells in value.items():
                     print(f"  {name.removeprefix('by ')}, {phase}: " + ", ".join(
-                        f"{style} {100 * c['share']:.0f}% of samples (pass@1 {100 * c['pass@1']:.1f}%)"
+                        f"{style} {100 * c['share']:.0f}% of samples (pass@1 {100 * c['pass@1']:.1f}%; failed: "
+                        + (", ".join(f"{status} {n}" for status, n in c["failures"].items()) or "none") + ")"
                         for style, c in cells.items()))
             elif name == "pass@1 by operators":
                 for size, phases in value.items():

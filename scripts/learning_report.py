@@ -87,8 +87,10 @@ def section(run: Path, files: Path, doc: Path) -> str:
         # how the sampled kernels write the expression (learning_compare.style_of) and how many kernels they launch
         for kind, header in (("by style", "style"), ("by kernels", "kernels")):
             if rows.get(kind):
-                lines += ["", f"| checkpoint | {header} | share of samples | pass@1 |", "| --- | --- | --- | --- |"]
-                lines += [f"| {phase} | {cls} | {pct(c['share'])} | {pct(c['pass@1'])} |"
+                lines += ["", f"| checkpoint | {header} | share of samples | pass@1 | failed samples |",
+                          "| --- | --- | --- | --- | --- |"]
+                lines += [f"| {phase} | {cls} | {pct(c['share'])} | {pct(c['pass@1'])} | "
+                          + (", ".join(f"{status} {n}" for status, n in c.get("failures", {}).items()) or "none") + " |"
                           for phase, cells in rows[kind].items() for cls, c in cells.items()]
         lines.append("")
     turns = {p.stem.removeprefix("multiturn_"): json.loads(p.read_text()) for p in sorted((run / "evals").glob("multiturn_*.json"))}

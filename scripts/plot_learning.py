@@ -11,7 +11,8 @@ evaluation reports (RUN/evals/{test,heldout}_{sft,rl,sft_continued,rl_shuffled}[
   rl_entropy.png    the policy's entropy per GRPO step, and the shuffled control's
   tokens_per_s.png  generation and training tokens/s per phase
   sft_probe.png     held-out pass@k of the SFT probes per SFT step (where SFT stopped)
-  test_over_training.png  test pass@1 after SFT, after each of GRPO's exports (rl.export_hf_every) and at its end
+  test_over_training.png  test pass@1, sampled and greedy, after SFT, after each of GRPO's exports
+                    (rl.export_hf_every) and at its end
   test.png, heldout.png  pass@1 correctness and fast_1 after SFT, after RL and for the controls run, on the
                     in-distribution test split and the unseen-pair split, 95% Wilson intervals
 and summary.json with those numbers (keys test, heldout) and the stage seconds. Missing inputs are reported, not fatal.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -109,14 +111,16 @@ def heldout_plot(path: Path, numbers: dict[str, dict], split: str) -> bool:
     return True
 
 
-def over_training(run: Path, rl_steps: int | None) -> list[list]:
+def over_training(run: Path, rl_steps: int | None, suffix: str = "") -> list[list]:
     """[GRPO steps done, pass@1, Wilson low, high] on the test split: SFT at 0, GRPO's exports after N steps
-    (rl.export_hf_every: evals/test_rl_stepN.json) and, when the step count is known, the final policy."""
-    reports = {0: run / "evals" / "test_sft.json"}
-    reports |= {int(f.stem.removeprefix("test_rl_step")): f for f in (run / "evals").glob("test_rl_step*.json")
-                if f.stem.removeprefix("test_rl_step").isdigit()}
+    (rl.export_hf_every: evals/test_rl_stepN.json) and, when the step count is known, the final policy;
+    suffix "_greedy" reads the greedy reports (test_sft_greedy.json, test_rl_stepN_greedy.json, ...)."""
+    steps_of = re.compile(rf"test_rl_step(\d+){suffix}")
+    reports = {0: run / "evals" / f"test_sft{suffix}.json"}
+    reports |= {int(match.group(1)): f for f in (run / "evals").glob(f"test_rl_step*{suffix}.json")
+                if (match := steps_of.fullmatch(f.stem))}
     if rl_steps:
-        reports[rl_steps] = run / "evals" / "test_rl.json"
+        reports[rl_steps] = run / "evals" / f"test_rl{suffix}.json"
     points = []
     for steps, path in sorted(reports.items()):
         if path.is_file():
@@ -125,16 +129,19 @@ def over_training(run: Path, rl_steps: int | None) -> list[list]:
     return points
 
 
-def over_training_plot(path: Path, points: list[list]) -> bool:
+def over_training_plot(path: Path, sampled: list[list], greedy: list[list]) -> bool:
     import matplotlib.pyplot as plt
 
-    if len(points) < 3:  # SFT and the final policy are test.png's bars already
+    if len(sampled) < 3:  # SFT and the final policy are test.png's bars already
         return False
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    steps, rates = [p[0] for p in points], [p[1] for p in points]
-    below, above = [p[1] - p[2] for p in points], [p[3] - p[1] for p in points]
-    ax.errorbar(steps, rates, yerr=[below, above], marker="o", capsize=4)
-    ax.set(title="test pass@1 (T=1) over GRPO, 95% Wilson intervals", xlabel="GRPO steps", ylabel="pass@1", ylim=(0, 1))
+    for points, label in ((sampled, "sampled, T=1"), (greedy, "greedy")):
+        if points:
+            steps, rates = [p[0] for p in points], [p[1] for p in points]
+            below, above = [p[1] - p[2] for p in points], [p[3] - p[1] for p in points]
+            ax.errorbar(steps, rates, yerr=[below, above], marker="o", capsize=4, label=label)
+    ax.set(title="test pass@1 over GRPO, 95% Wilson intervals", xlabel="GRPO steps", ylabel="pass@1", ylim=(0, 1))
+    ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -207,11 +214,12 @@ def main(argv: list[str] | None = None) -> int:
             by_split[split] = numbers
             (written if heldout_plot(out / f"{split}.png", numbers, split) else missing).append(f"{split}.png")
     rl_steps = max((step for step, _ in pick(rl, "eval/correct_rate")), default=-1) + 1 or None
-    points = over_training(run, rl_steps)
-    (written if over_training_plot(out / "test_over_training.png", points) else missing).append("test_over_training.png")
+    points, greedy_points = over_training(run, rl_steps), over_training(run, rl_steps, "_greedy")
+    (written if over_training_plot(out / "test_over_training.png", points, greedy_points) else missing).append(
+        "test_over_training.png")
     stages = run / "stage_seconds.txt"
     seconds = dict(line.split() for line in stages.read_text().splitlines() if line.strip()) if stages.is_file() else {}
-    summary = {**by_split, "test_over_training": points, "sft_probes": probes,
+    summary = {**by_split, "test_over_training": points, "test_greedy_over_training": greedy_points, "sft_probes": probes,
                "stage_seconds": {k: int(v) for k, v in seconds.items()}, "plots": written, "missing": missing}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"wrote {len(written)} plots to {out}" + (f"; no data for {', '.join(missing)}" if missing else ""))

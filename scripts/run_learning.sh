@@ -80,8 +80,9 @@ evaluate() {  # evaluate NAME MODEL SPLIT OFFSET COUNT SAMPLES TEMPERATURE [kben
 }
 
 SPLIT=${LEARN_EVAL_SPLIT:-heldout}
-evaluate_checkpoint() {  # evaluate_checkpoint TAG MODEL [primary]: the before/after evaluations, identical for every
-  # checkpoint; controls and ablations take only the primary one (eval.split, sampled), which their comparisons use.
+evaluate_checkpoint() {  # evaluate_checkpoint TAG MODEL [primary|training]: the before/after evaluations, identical for
+  # every checkpoint; controls and ablations take only the primary one (eval.split, sampled), which their comparisons
+  # use; GRPO's exports (training) take it and greedy, so both criteria on the primary split can be read over training.
   # A checkpoint's evaluations run side by side: each is mostly start-up and waiting, on the GPU and on the CPU cores.
   local tag=$1 model=$2 scope=${3:-all} jobs=() job
   if [[ ! -f "$RUN/evals/${SPLIT}_$tag.json" ]]; then
@@ -92,7 +93,7 @@ evaluate_checkpoint() {  # evaluate_checkpoint TAG MODEL [primary]: the before/a
     evaluate "${SPLIT}_${tag}_greedy" "$model" "$SPLIT" 0 "$LEARN_EVAL_NUM_PROBLEMS" 1 0 & jobs+=($!)
   fi
   # the unseen-operator-pair split beside an in-distribution primary
-  if [[ "$scope" != primary && "$SPLIT" != heldout && "${LEARN_EVAL_HELDOUT_PROBLEMS:-0}" -gt 0 && \
+  if [[ "$scope" == all && "$SPLIT" != heldout && "${LEARN_EVAL_HELDOUT_PROBLEMS:-0}" -gt 0 && \
         ! -f "$RUN/evals/heldout_$tag.json" ]]; then
     evaluate "heldout_$tag" "$model" heldout 0 "$LEARN_EVAL_HELDOUT_PROBLEMS" "${LEARN_EVAL_HELDOUT_SAMPLES:-4}" \
       "$LEARN_EVAL_TEMPERATURE" & jobs+=($!)
@@ -199,13 +200,13 @@ main_lane() {  # GRPO, its evaluations, the continued-SFT control (it needs GRPO
   evaluate_multiturn rl "$RUN/rl/hf"
 }
 
-evaluate_over_training() {  # GRPO's policy during training (rl.export_hf_every): the exports made so far, each
-  # evaluated like a control (the primary split, sampled); beside a main lane still in GRPO, the later ones are missed
+evaluate_over_training() {  # GRPO's policy during training (rl.export_hf_every): the exports made so far, each on the
+  # primary split, sampled and greedy; beside a main lane still in GRPO, the later ones are missed
   local export steps
   for export in "$RUN"/rl/hf_steps/step_*; do
     [[ "$export" != *.tmp && -f "$export/config.json" ]] || continue
     steps=$((10#${export##*_}))
-    evaluate_checkpoint "rl_step$steps" "$export" primary
+    evaluate_checkpoint "rl_step$steps" "$export" training
   done
 }
 

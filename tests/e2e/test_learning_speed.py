@@ -60,8 +60,8 @@ def test_compare_pairs_fast_1_5_and_counts_kernels_only_for_timed_evaluations(tm
     change = rows["fast_1.5: rl - sft"]
     assert change["diff"] == pytest.approx(0.25) and change["n"] == 2
     assert rows["pass@1: rl - sft"]["diff"] == pytest.approx(0.0)  # correctness held
-    assert rows["by kernels"]["sft"] == {"fused": {"share": 0.25, "pass@1": 1.0},
-                                         "per_op": {"share": 0.75, "pass@1": 0.6667}}
+    assert rows["by kernels"]["sft"] == {"fused": {"share": 0.25, "pass@1": 1.0, "failures": {}},
+                                         "per_op": {"share": 0.75, "pass@1": 0.6667, "failures": {"incorrect": 1}}}
     assert rows["by kernels"]["rl"]["fused"]["share"] == 1.0
 
     untimed = tmp_path / "untimed"

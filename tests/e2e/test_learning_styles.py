@@ -29,9 +29,16 @@ def test_sample_shares_counts_each_style_and_its_pass_rate(tmp_path):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"sample_{k}.json").write_text(json.dumps({"problem_key": key, "sample": k, "text": text}))
     (tmp_path / "results.jsonl").write_text("".join(
-        json.dumps({"problem_key": key, "sample": k, "correct": ok}) + "\n" for key, k, _, ok in samples))
+        json.dumps({"problem_key": key, "sample": k, "correct": ok, "status": "correct" if ok else "compile_error"})
+        + "\n" for key, k, _, ok in samples))
     with (tmp_path / "results.jsonl").open("a") as f:
         f.write('{"problem_key": "L1_1_A", "sam')  # a line torn by a killed writer is skipped, not fatal
-    assert learning_compare.sample_shares(tmp_path) == {"inline": {"share": 0.5, "pass@1": 1.0},
-                                                   "ssa": {"share": 0.5, "pass@1": 0.5}}
+    assert learning_compare.sample_shares(tmp_path) == {
+        "inline": {"share": 0.5, "pass@1": 1.0, "failures": {}},
+        "ssa": {"share": 0.5, "pass@1": 0.5, "failures": {"compile_error": 1}}}
+    # a sample whose verdict line is missing failed, and says so
+    (tmp_path / "generations" / "L1_2_B" / "sample_2.json").write_text(
+        json.dumps({"problem_key": "L1_2_B", "sample": 2, "text": INLINE}))
+    assert learning_compare.sample_shares(tmp_path)["inline"] == {"share": 0.6, "pass@1": 0.6667,
+                                                                  "failures": {"no verdict": 1}}
     assert learning_compare.sample_shares(tmp_path / "missing") == {}

@@ -103,12 +103,18 @@ def test_run_learning_produces_every_stage(tmp_path):
 
 
 def _check_over_training(run, compare: dict, summary: dict) -> None:
-    """rl.export_hf_every: 1: the policy after GRPO's first step, evaluated in the side lane, paired with SFT only."""
+    """rl.export_hf_every: 1: the policy after GRPO's first step, evaluated in the side lane on the test split, sampled
+    and greedy (not on the unseen-pair split), paired with SFT only."""
     assert sorted(p.name for p in (run / "rl" / "hf_steps").iterdir()) == ["step_000001"]
     during = json.loads((run / "evals" / "test_rl_step1.json").read_text())
     assert during["summary"]["all"]["n_samples"] == 4 and during["model"].endswith("rl/hf_steps/step_000001")
+    greedy = json.loads((run / "evals" / "test_rl_step1_greedy.json").read_text())
+    assert greedy["summary"]["all"]["n_samples"] == 2 and greedy["model"].endswith("rl/hf_steps/step_000001")
+    assert not (run / "evals" / "heldout_rl_step1.json").exists()
     assert "pass@1: rl_step1 - sft" in compare["test"] and "pass@1: rl_step1 - rl" not in compare["test"]
+    assert "greedy pass@1: rl_step1 - sft" in compare["test"]
     assert [point[0] for point in summary["test_over_training"]] == [0, 1, 2]
+    assert [point[0] for point in summary["test_greedy_over_training"]] == [0, 1, 2]
     assert "test_over_training.png" in summary["plots"]
 
 
@@ -127,5 +133,5 @@ def _check_report_page(run, tmp_path, change: dict) -> None:
     assert f"bash scripts/run_learning.sh configs/learn_synth_cpu.yaml {run}\n" in text  # the command as run
     assert "test pass@1 after GRPO - after SFT >= +15 points" in text and "![test.png](learning/learn/test.png)" in text
     assert (doc.parent / "learning" / "learn" / "compare.json").is_file()
-    styles = "| checkpoint | style | share of samples | pass@1 |\n"  # learning_compare's per-style table
+    styles = "| checkpoint | style | share of samples | pass@1 | failed samples |\n"  # learning_compare's per style
     assert styles in text and "| sft | " in text
