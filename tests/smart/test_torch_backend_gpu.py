@@ -39,9 +39,10 @@ def test_fused_adamw_takes_the_same_steps_as_foreach(model_dir):  # noqa: F811
     parameter within 1e-5 after three steps) failed on an H100 on 2026-12-08 at the embedding. Most likely cause,
     not yet checked on a GPU: the embedding's backward accumulates with atomics on CUDA, so two runs' gradients
     differ, and Adam scales a near-zero gradient's difference up to lr. Here fp32, eager attention and
-    deterministic kernels make the first step's gradients bitwise equal, so that step must match element by
-    element; after three steps the updates must match to 1e-3 of their norm (on CPU, beta2 0.99 instead of 0.999
-    moves them 1.6e-3 apart, beta1 0.8 5.6e-2), which leaves room for a rare sign flip of a gradient near zero."""
+    deterministic kernels make the first step's gradients bitwise equal, so after it each weight must match to
+    about two fp32 ulps. After three steps the updates must match to 1e-3 of their norm: on CPU, beta2 0.99 instead
+    of 0.999 moves them 1.6e-3 apart and beta1 0.8 5.6e-2, and the margin leaves room for a rare sign flip of a
+    gradient near zero."""
     samples = _samples(4)
     start, first, third = {}, {}, {}
     deterministic = torch.are_deterministic_algorithms_enabled()
@@ -61,8 +62,8 @@ def test_fused_adamw_takes_the_same_steps_as_foreach(model_dir):  # noqa: F811
         torch.use_deterministic_algorithms(deterministic)
     for name, weights in start[True].items():
         assert torch.equal(weights, start[False][name]), name
-        update = {fused: first[fused][name] - weights for fused in (True, False)}
-        torch.testing.assert_close(update[True], update[False], rtol=1e-4, atol=1e-9,
+        # within about two fp32 ulps of the weight: the two kernels may round the last add differently
+        torch.testing.assert_close(first[True][name], first[False][name], rtol=3e-7, atol=1e-9,
                                    msg=lambda mismatch, name=name: f"{name}: {mismatch}")
         update = {fused: third[fused][name] - weights for fused in (True, False)}
         gap = ((update[True] - update[False]).norm() / update[False].norm().clamp_min(1e-30)).item()
